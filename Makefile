@@ -1,0 +1,58 @@
+# agentfly-cli developer tasks. `make demo` and `make test` work on a fresh machine.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PY := $(BIN)/python
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+
+# On machines without an NVIDIA GPU keep the CPU build of torch (see constraints/cpu.txt).
+# It comes from the local wheelhouse in PIP_FIND_LINKS when one holds it, else from the
+# PyTorch CPU index.
+HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo yes)
+LOCAL_CPU_TORCH := $(firstword $(foreach dir,$(PIP_FIND_LINKS),$(wildcard $(dir)/torch-2.13.0+cpu-*.whl)))
+ifeq ($(HAS_GPU),yes)
+TORCH_ARGS :=
+else ifneq ($(LOCAL_CPU_TORCH),)
+TORCH_ARGS := -c constraints/cpu.txt
+else
+TORCH_ARGS := -c constraints/cpu.txt --extra-index-url https://download.pytorch.org/whl/cpu
+endif
+
+.PHONY: help install test test-slow lint format demo bench clean
+
+help:
+	@echo "make install    create $(VENV) and install agentfly-cli with its dev tools"
+	@echo "make demo       the main job (see README)"
+	@echo "make test       the test suite (fast tests; slow ones: make test-slow)"
+	@echo "make lint       ruff"
+
+$(VENV)/.installed: pyproject.toml constraints/cpu.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip setuptools wheel
+	$(PY) -m pip install $(TORCH_ARGS) -e '.[dev]'
+	touch $@
+
+install: $(VENV)/.installed
+
+test: install
+	$(PY) -m pytest
+
+test-slow: install
+	$(PY) -m pytest -m slow
+
+lint: install
+	$(BIN)/ruff check .
+
+format: install
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+demo: install
+	$(PY) scripts/demo.py
+
+bench: install
+	@echo "no benchmarks yet: they arrive with the rollout engine and the trainer"
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache

@@ -1,0 +1,70 @@
+"""agentfly-cli: train LM agents with reinforcement learning on multi-turn tool use.
+
+The public API is imported lazily, so that ``agentfly --help`` stays fast and never loads
+torch::
+
+    from agentfly_cli import tool, reward, hookimpl
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "tool": "agentfly_cli.tools",
+    "Tool": "agentfly_cli.tools",
+    "ToolResult": "agentfly_cli.tools",
+    "ToolDefinitionError": "agentfly_cli.tools",
+    "reward": "agentfly_cli.rewards",
+    "Reward": "agentfly_cli.rewards",
+    "RewardResult": "agentfly_cli.rewards",
+    "CombinedReward": "agentfly_cli.rewards",
+    "hookimpl": "agentfly_cli.hookspecs",
+    "Env": "agentfly_cli.envs.base",
+    "BaseEnv": "agentfly_cli.envs.base",
+    "EnvSpec": "agentfly_cli.envs.base",
+    "get_plugin_host": "agentfly_cli.plugins",
+    "UserError": "agentfly_cli.errors",
+}
+
+__all__ = [
+    "BaseEnv",
+    "CombinedReward",
+    "Env",
+    "EnvSpec",
+    "Reward",
+    "RewardResult",
+    "Tool",
+    "ToolDefinitionError",
+    "ToolResult",
+    "UserError",
+    "__version__",
+    "get_plugin_host",
+    "hookimpl",
+    "reward",
+    "tool",
+]
+
+if TYPE_CHECKING:
+    from agentfly_cli.envs.base import BaseEnv, Env, EnvSpec
+    from agentfly_cli.errors import UserError
+    from agentfly_cli.hookspecs import hookimpl
+    from agentfly_cli.plugins import get_plugin_host
+    from agentfly_cli.rewards import CombinedReward, Reward, RewardResult, reward
+    from agentfly_cli.tools import Tool, ToolDefinitionError, ToolResult, tool
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'agentfly_cli' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

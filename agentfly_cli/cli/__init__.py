@@ -1,0 +1,1 @@
+"""The ``agentfly`` command line: a thin layer over the library API."""

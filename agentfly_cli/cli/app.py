@@ -1,0 +1,59 @@
+"""The ``agentfly`` Typer app. Only parsing and printing live here; the work is in the library.
+
+This module must stay light: ``agentfly --help`` never imports torch.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from agentfly_cli import __version__
+from agentfly_cli.cli import envs_cmd, plugins_cmd, recipes_cmd, rewards_cmd, tools_cmd
+from agentfly_cli.plugins import get_plugin_host
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"agentfly-cli {__version__}")
+        raise typer.Exit()
+
+
+def build_app(*, with_plugin_commands: bool = True) -> typer.Typer:
+    """A fresh ``agentfly`` app with the built-in commands and the plugins' commands."""
+    app = typer.Typer(
+        name="agentfly",
+        help="Train LM agents with reinforcement learning on multi-turn tool use.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_show_locals=False,
+    )
+
+    @app.callback()
+    def root(
+        version: bool = typer.Option(
+            False,
+            "--version",
+            help="Show the version and exit.",
+            callback=_version,
+            is_eager=True,
+        ),
+    ) -> None:
+        """Train LM agents with reinforcement learning on multi-turn tool use."""
+
+    app.command("plugins")(plugins_cmd.plugins)
+    app.add_typer(tools_cmd.app, name="tools")
+    app.add_typer(rewards_cmd.app, name="rewards")
+    app.add_typer(envs_cmd.app, name="envs")
+    app.add_typer(recipes_cmd.app, name="recipes")
+    if with_plugin_commands:
+        get_plugin_host().add_commands(app)
+    return app
+
+
+def main() -> None:
+    """Console-script entry point."""
+    build_app()(prog_name="agentfly")
+
+
+if __name__ == "__main__":
+    main()

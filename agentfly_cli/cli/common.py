@@ -1,0 +1,43 @@
+"""Helpers shared by the command modules: the plugin host and component listings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentfly_cli.cli.output import warn
+from agentfly_cli.plugins import PluginHost, get_plugin_host
+from agentfly_cli.registry import Entry, Registry, conflict_message
+
+
+def host_with_warnings() -> PluginHost:
+    """The plugin host; broken plugins are mentioned on stderr in one line, never fatal."""
+    host = get_plugin_host()
+    if host.failed:
+        names = ", ".join(p.name for p in host.failed)
+        warn(
+            f"{len(host.failed)} plugin(s) had errors ({names}); run `agentfly plugins` for details"
+        )
+    if host.missing_requested:
+        warn(
+            "AGENTFLY_LOAD_PLUGINS names distributions that provide no agentfly plugin: "
+            + ", ".join(host.missing_requested)
+        )
+    return host
+
+
+def provenance_fields(entry: Entry) -> dict[str, Any]:
+    origin = entry.provenance
+    return {
+        "plugin": origin.plugin,
+        "distribution": origin.distribution,
+        "version": origin.version,
+        "builtin": origin.builtin,
+    }
+
+
+def conflict_of(registry: Registry, entry: Entry) -> str | None:
+    """The conflict message for ``entry``'s name, if another plugin registered it too."""
+    entries = registry.conflicts().get(entry.name)
+    if not entries:
+        return None
+    return conflict_message(registry.singular, entry.name, entries[0], entries[1])

@@ -1,0 +1,60 @@
+"""``agentfly envs``: list the registered environments."""
+
+from __future__ import annotations
+
+import typer
+
+from agentfly_cli.cli.common import conflict_of, host_with_warnings, provenance_fields
+from agentfly_cli.cli.output import (
+    JSON_OPTION,
+    first_line,
+    handle_errors,
+    print_json,
+    stdout_console,
+    table,
+)
+
+app = typer.Typer(help="List environments.", no_args_is_help=True)
+
+
+@app.command("list")
+@handle_errors
+def list_envs(as_json: bool = JSON_OPTION) -> None:
+    """List every registered environment, its pool settings, and the tools that use it."""
+    host = host_with_warnings()
+    registry = host.components.envs
+    users: dict[str, list[str]] = {}
+    for entry in host.components.tools.entries():
+        if entry.obj.env:
+            users.setdefault(entry.obj.env, []).append(entry.name)
+    items = []
+    for entry in registry.entries():
+        spec = entry.obj
+        items.append(
+            {
+                **spec.model_dump(exclude={"factory"}),
+                "tools": users.get(spec.name, []),
+                **provenance_fields(entry),
+                "conflict": conflict_of(registry, entry),
+            }
+        )
+    if as_json:
+        print_json(items)
+        return
+    rows = [
+        (
+            item["name"],
+            first_line(item["description"], 50),
+            f"{item['warm_size']}/{item['pool_max']}",
+            ", ".join(item["tools"]) or "-",
+            item["plugin"] + (" (CONFLICT)" if item["conflict"] else ""),
+        )
+        for item in items
+    ]
+    stdout_console().print(
+        table(
+            f"{len(items)} environments",
+            ("name", "description", "warm/max", "tools", "plugin"),
+            rows,
+        )
+    )

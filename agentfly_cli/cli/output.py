@@ -1,0 +1,103 @@
+"""One place for CLI output: human (Rich) or ``--json``, one-line errors, exit codes.
+
+Exit codes: 0 success, 1 a command that ran but failed (for example a tool that returned an
+error), 2 bad input from the user. ``AGENTFLY_DEBUG=1`` shows tracebacks.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from agentfly_cli.errors import UserError
+
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+
+JSON_OPTION = typer.Option(False, "--json", help="Print machine-readable JSON.")
+
+
+def debug_enabled() -> bool:
+    return os.environ.get("AGENTFLY_DEBUG", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def stdout_console() -> Console:
+    return Console(soft_wrap=False)
+
+
+def stderr_console() -> Console:
+    return Console(stderr=True, soft_wrap=True)
+
+
+def print_json(data: Any) -> None:
+    """Write ``data`` as JSON to stdout (plain text, no Rich markup)."""
+    sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def print_text(text: str) -> None:
+    """Write ``text`` to stdout as is: no wrapping, no markup."""
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    sys.stdout.flush()
+
+
+def warn(message: str) -> None:
+    stderr_console().print(f"[yellow]warning:[/yellow] {escape(message)}", highlight=False)
+
+
+def fail(message: str, code: int = EXIT_USAGE) -> typer.Exit:
+    """Print a one-line error to stderr and return the ``typer.Exit`` to raise."""
+    first_line = " ".join(str(message).split())
+    stderr_console().print(f"[bold red]error:[/bold red] {escape(first_line)}", highlight=False)
+    return typer.Exit(code)
+
+
+def handle_errors(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn :class:`UserError` into one line and exit code 2, and bugs into one line and 1."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except typer.Exit:
+            raise
+        except UserError as exc:
+            if debug_enabled():
+                raise
+            raise fail(str(exc), EXIT_USAGE) from None
+        except KeyboardInterrupt:
+            raise fail("interrupted", 130) from None
+        except Exception as exc:
+            if debug_enabled():
+                raise
+            raise fail(
+                f"internal error: {type(exc).__name__}: {exc} (set AGENTFLY_DEBUG=1 for the "
+                "traceback)",
+                EXIT_FAILURE,
+            ) from None
+
+    return wrapper
+
+
+def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> Table:
+    """A Rich table; cells are escaped so that user text never becomes markup."""
+    result = Table(title=title, title_justify="left", header_style="bold", expand=False)
+    for column in columns:
+        result.add_column(column, overflow="fold")
+    for row in rows:
+        result.add_row(*(escape("" if cell is None else str(cell)) for cell in row))
+    return result
+
+
+def first_line(text: str | None, width: int = 72) -> str:
+    line = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
+    return line if len(line) <= width else line[: width - 1] + "…"

@@ -1,0 +1,90 @@
+"""``agentfly rewards``: list and try rewards."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import typer
+
+from agentfly_cli.cli.common import conflict_of, host_with_warnings, provenance_fields
+from agentfly_cli.cli.output import (
+    EXIT_FAILURE,
+    JSON_OPTION,
+    first_line,
+    handle_errors,
+    print_json,
+    stdout_console,
+    table,
+)
+from agentfly_cli.errors import UserError
+from agentfly_cli.loading import resolve_reward
+
+app = typer.Typer(help="List and try rewards.", no_args_is_help=True)
+
+
+@app.command("list")
+@handle_errors
+def list_rewards(as_json: bool = JSON_OPTION) -> None:
+    """List every registered reward, the dataset fields it needs, and its plugin."""
+    host = host_with_warnings()
+    registry = host.components.rewards
+    items = [
+        {
+            "name": entry.name,
+            "description": entry.obj.description,
+            "fields": entry.obj.fields,
+            "timeout": entry.obj.timeout,
+            "on_error": entry.obj.on_error,
+            **provenance_fields(entry),
+            "conflict": conflict_of(registry, entry),
+        }
+        for entry in registry.entries()
+    ]
+    if as_json:
+        print_json(items)
+        return
+    rows = [
+        (
+            item["name"],
+            ", ".join(item["fields"]) or "-",
+            first_line(item["description"], 60),
+            item["plugin"] + (" (CONFLICT)" if item["conflict"] else ""),
+        )
+        for item in items
+    ]
+    stdout_console().print(
+        table(f"{len(items)} rewards", ("name", "dataset fields", "description", "plugin"), rows)
+    )
+
+
+@app.command("call")
+@handle_errors
+def call_reward(
+    name: str = typer.Argument(..., help="Reward name, or module:attr / file.py:attr."),
+    prediction: str = typer.Option(..., "--prediction", "-p", help="The final answer to score."),
+    fields: str = typer.Option(
+        "{}", "--fields", "-f", help='Dataset fields as a JSON object, e.g. \'{"answer": "42"}\'.'
+    ),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Score one answer against dataset fields (exit 1 if the reward fails)."""
+    component = resolve_reward(name)
+    try:
+        row = json.loads(fields)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"--fields is not valid JSON ({exc.msg} at position {exc.pos})") from None
+    if not isinstance(row, dict):
+        raise UserError('--fields must be a JSON object like \'{"answer": "42"}\'')
+    result = asyncio.run(component.score(prediction, None, row))
+    if as_json:
+        print_json(result.to_dict())
+    else:
+        console = stdout_console()
+        console.print(f"{result.reward:g}", highlight=False)
+        for key, value in result.extras.items():
+            console.print(f"  {key}: {value}", markup=False, highlight=False)
+        if result.failed:
+            console.print(f"failed: {result.error}", markup=False, highlight=False)
+    if result.failed:
+        raise typer.Exit(EXIT_FAILURE)

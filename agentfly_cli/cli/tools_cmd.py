@@ -1,0 +1,159 @@
+"""``agentfly tools``: list, inspect and call tools."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import typer
+from rich.json import JSON
+
+from agentfly_cli.cli.common import conflict_of, host_with_warnings, provenance_fields
+from agentfly_cli.cli.output import (
+    EXIT_FAILURE,
+    EXIT_USAGE,
+    JSON_OPTION,
+    first_line,
+    handle_errors,
+    print_json,
+    print_text,
+    stderr_console,
+    stdout_console,
+    table,
+)
+from agentfly_cli.errors import UserError
+from agentfly_cli.loading import resolve_tool
+from agentfly_cli.tools import Tool, ToolErrorKind, ToolResult
+
+app = typer.Typer(help="List, inspect and call tools.", no_args_is_help=True)
+
+
+def tool_summary(component: Tool) -> dict[str, Any]:
+    return {
+        "name": component.name,
+        "description": component.description,
+        "terminal": component.terminal,
+        "env": component.env,
+        "timeout": component.timeout,
+        "schema": component.schema,
+    }
+
+
+@app.command("list")
+@handle_errors
+def list_tools(as_json: bool = JSON_OPTION) -> None:
+    """List every registered tool and the plugin that provides it."""
+    host = host_with_warnings()
+    registry = host.components.tools
+    items = []
+    for entry in registry.entries():
+        item = {**tool_summary(entry.obj), **provenance_fields(entry)}
+        item["conflict"] = conflict_of(registry, entry)
+        items.append(item)
+    if as_json:
+        print_json(items)
+        return
+    rows = []
+    for item, entry in zip(items, registry.entries(), strict=True):
+        flags = ", ".join(
+            flag
+            for flag in (
+                "terminal" if item["terminal"] else "",
+                f"env={item['env']}" if item["env"] else "",
+                "CONFLICT" if item["conflict"] else "",
+            )
+            if flag
+        )
+        rows.append(
+            (
+                item["name"],
+                entry.obj.signature_text() or "-",
+                first_line(item["description"], 60),
+                item["plugin"],
+                flags,
+            )
+        )
+    stdout_console().print(
+        table(f"{len(items)} tools", ("name", "arguments", "description", "plugin", "flags"), rows)
+    )
+
+
+@app.command("show")
+@handle_errors
+def show_tool(
+    name: str = typer.Argument(..., help="Tool name, or module:attr / file.py:attr."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Show a tool's OpenAI function-calling schema."""
+    component = resolve_tool(name)
+    if as_json:
+        print_json(component.schema)
+        return
+    console = stdout_console()
+    flags = [f"timeout {component.timeout:g} s" if component.timeout else "no timeout"]
+    if component.terminal:
+        flags.append("terminal: a call ends the episode")
+    if component.env:
+        flags.append(f"needs env '{component.env}'")
+    console.print(f"[bold]{component.name}[/bold]  ({'; '.join(flags)})", highlight=False)
+    console.print(JSON(json.dumps(component.schema)))
+
+
+@app.command("call")
+@handle_errors
+def call_tool(
+    name: str = typer.Argument(..., help="Tool name, or module:attr / file.py:attr."),
+    args: str = typer.Option("{}", "--args", "-a", help="Arguments as a JSON object."),
+    task: str = typer.Option(
+        "{}", "--task", help="For env tools: the task (JSON object) the env is reset with."
+    ),
+    timeout: float | None = typer.Option(None, "--timeout", help="Seconds; default: the tool's."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Run a tool once and print its result (exit 1 if the tool returns an error)."""
+    component = resolve_tool(name)
+    arguments = _json_object(args, "--args")
+    task_row = _json_object(task, "--task")
+    if timeout is not None and timeout <= 0:
+        raise UserError("--timeout must be a positive number of seconds")
+    result = asyncio.run(_call(component, arguments, task_row, timeout))
+    if as_json:
+        print_json(result.to_dict())
+    else:
+        latency_ms = 1000 * result.info.get("latency_s", 0.0)
+        status = "ok" if result.ok else f"error ({result.error_kind})"
+        stderr_console().print(
+            f"{status} · {component.name} · {latency_ms:.1f} ms", style="dim", highlight=False
+        )
+        print_text(result.observation)
+    if not result.ok:
+        user_input = result.error_kind in (
+            ToolErrorKind.INVALID_ARGUMENTS,
+            ToolErrorKind.INVALID_JSON,
+        )
+        raise typer.Exit(EXIT_USAGE if user_input else EXIT_FAILURE)
+
+
+def _json_object(text: str, option: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{option} is not valid JSON ({exc.msg} at position {exc.pos})") from None
+    if not isinstance(value, dict):
+        raise UserError(f"{option} must be a JSON object like '{{\"x\": 1}}'")
+    return value
+
+
+async def _call(
+    component: Tool, arguments: dict[str, Any], task: dict[str, Any], timeout: float | None
+) -> ToolResult:
+    override: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
+    if component.env is None:
+        return await component.invoke(arguments, **override)
+    from agentfly_cli.envs.base import standalone_env
+    from agentfly_cli.plugins import get_plugin_host
+
+    spec = get_plugin_host().components.envs.get(component.env)
+    async with standalone_env(spec, task) as env:
+        return await component.invoke(arguments, env=env, **override)

@@ -1,0 +1,102 @@
+"""The environment contract: an async :class:`Env` and the :class:`EnvSpec` that describes it.
+
+A stateful tool declares ``@tool(env="NAME")`` and receives the trajectory's env of that spec as
+its ``env`` argument. Pools (warm starts, caps, health checks, providers) build on this
+contract; :func:`standalone_env` gives one env for a single call, as ``agentfly tools call``
+does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from typing import Any, Protocol, runtime_checkable
+
+import pydantic
+
+
+@runtime_checkable
+class Env(Protocol):
+    """An environment: started once, reset per task, stepped by tools, closed at the end."""
+
+    async def start(self) -> None:
+        """Acquire resources (processes, games, connections)."""
+
+    async def reset(self, task: Mapping[str, Any] | None = None) -> Any:
+        """Prepare for a new task (a dataset row); return an optional first observation."""
+
+    async def step(self, action: Any) -> Any:
+        """Apply one action and return its result."""
+
+    async def close(self) -> None:
+        """Release every resource. Must be safe to call twice."""
+
+    async def healthy(self) -> bool:
+        """False when the env must be replaced rather than reused."""
+
+
+class BaseEnv:
+    """Convenience base class: no-op lifecycle methods; override what your env needs."""
+
+    async def start(self) -> None:
+        return None
+
+    async def reset(self, task: Mapping[str, Any] | None = None) -> Any:
+        return None
+
+    async def step(self, action: Any) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} does not take actions")
+
+    async def close(self) -> None:
+        return None
+
+    async def healthy(self) -> bool:
+        return True
+
+
+class EnvSpec(pydantic.BaseModel):
+    """How to make an env and how to pool it."""
+
+    model_config = pydantic.ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    name: str = pydantic.Field(pattern=r"^[A-Za-z0-9_.\-]+$")
+    factory: Callable[[], Any]
+    description: str = ""
+    pool_max: int = pydantic.Field(8, ge=1, description="most envs alive at once")
+    warm_size: int = pydantic.Field(0, ge=0, description="envs started ahead of time")
+    start_timeout: float = pydantic.Field(60.0, gt=0, description="seconds to start one env")
+    idle_ttl: float | None = pydantic.Field(600.0, gt=0, description="reap idle envs after")
+    resources: dict[str, float] = pydantic.Field(
+        default_factory=dict, description="what one env needs, e.g. {'cpu': 1, 'memory_mb': 512}"
+    )
+
+    @pydantic.model_validator(mode="after")
+    def _warm_within_max(self) -> EnvSpec:
+        if self.warm_size > self.pool_max:
+            raise ValueError(f"warm_size ({self.warm_size}) exceeds pool_max ({self.pool_max})")
+        return self
+
+    def create(self) -> Env:
+        """Make a new, not yet started env."""
+        env = self.factory()
+        if not isinstance(env, Env):
+            raise TypeError(
+                f"env '{self.name}': factory returned {type(env).__name__}, which lacks the Env "
+                "methods start/reset/step/close/healthy"
+            )
+        return env
+
+
+@asynccontextmanager
+async def standalone_env(
+    spec: EnvSpec, task: Mapping[str, Any] | None = None
+) -> AsyncIterator[Env]:
+    """One started and reset env, closed on exit even when cancelled."""
+    env = spec.create()
+    try:
+        await asyncio.wait_for(env.start(), spec.start_timeout)
+        await env.reset(task or {})
+        yield env
+    finally:
+        await asyncio.shield(env.close())

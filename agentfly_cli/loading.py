@@ -1,0 +1,88 @@
+"""Find components by name: registered ones first, then ``module:attr`` or ``file.py:attr``.
+
+The second form lets a user try a tool or reward from their own file without writing a
+plugin: ``agentfly tools call my_tools.py:search --args '{"query": "x"}'``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+from agentfly_cli.errors import UserError
+from agentfly_cli.plugins import PluginHost, get_plugin_host
+
+
+def load_object(spec: str) -> Any:
+    """Import ``package.module:attr`` or ``path/to/file.py:attr`` (dots in attr walk attributes)."""
+    target, _, attribute = spec.rpartition(":")
+    if not target or not attribute:
+        raise UserError(f"cannot load {spec!r}: use 'module:attribute' or 'file.py:attribute'")
+    if target.endswith(".py"):
+        path = Path(target).expanduser().resolve()
+        if not path.is_file():
+            raise UserError(f"cannot load {spec!r}: no file {target}")
+        module_name = f"agentfly_user_{abs(hash(path))}"
+        module = sys.modules.get(module_name)
+        if module is None:
+            module_spec = importlib.util.spec_from_file_location(module_name, path)
+            if module_spec is None or module_spec.loader is None:
+                raise UserError(f"cannot load {spec!r}: {target} is not a Python file")
+            module = importlib.util.module_from_spec(module_spec)
+            sys.modules[module_name] = module
+            try:
+                module_spec.loader.exec_module(module)
+            except Exception as exc:
+                sys.modules.pop(module_name, None)
+                raise UserError(f"cannot load {spec!r}: {type(exc).__name__}: {exc}") from exc
+    else:
+        try:
+            module = importlib.import_module(target)
+        except Exception as exc:
+            raise UserError(f"cannot import {target!r}: {type(exc).__name__}: {exc}") from exc
+    value: Any = module
+    for part in attribute.split("."):
+        try:
+            value = getattr(value, part)
+        except AttributeError:
+            raise UserError(f"cannot load {spec!r}: {target} has no attribute {part!r}") from None
+    return value
+
+
+def resolve_tool(spec: str, host: PluginHost | None = None):
+    """A registered tool by name, or a ``module:attr`` / ``file.py:attr`` tool or function."""
+    from agentfly_cli.tools import Tool
+
+    host = host or get_plugin_host()
+    if ":" not in spec:
+        return host.components.tools.get(spec)
+    value = load_object(spec)
+    if isinstance(value, Tool):
+        return value
+    if callable(value):
+        try:
+            return Tool(value)
+        except TypeError as exc:
+            raise UserError(str(exc)) from exc
+    raise UserError(f"{spec!r} is a {type(value).__name__}, not a tool or function")
+
+
+def resolve_reward(spec: str, host: PluginHost | None = None):
+    """A registered reward by name, or a ``module:attr`` / ``file.py:attr`` reward or function."""
+    from agentfly_cli.rewards import Reward
+
+    host = host or get_plugin_host()
+    if ":" not in spec:
+        return host.components.rewards.get(spec)
+    value = load_object(spec)
+    if isinstance(value, Reward):
+        return value
+    if callable(value):
+        try:
+            return Reward(value)
+        except TypeError as exc:
+            raise UserError(str(exc)) from exc
+    raise UserError(f"{spec!r} is a {type(value).__name__}, not a reward or function")

@@ -1,0 +1,330 @@
+"""Load plugins from the ``agentfly`` entry-point group, one at a time, with errors isolated.
+
+Built-in components come through the same entry points as third-party ones. A plugin whose
+module fails to import, whose hook raises, or that implements an unknown (misspelled) hook is
+recorded with its error and skipped; the CLI keeps working. ``AGENTFLY_LOAD_PLUGINS=dist1,dist2``
+loads only those distributions; an empty value loads none.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import importlib.metadata
+import os
+import re
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import pluggy
+
+from agentfly_cli import hookspecs
+from agentfly_cli.errors import ComponentConflictError
+from agentfly_cli.registry import BackendRef, Components, Entry, Provenance, RecipeRef
+
+ENTRY_POINT_GROUP = "agentfly"
+BUILTIN_DISTRIBUTION = "agentfly-cli"
+LOAD_PLUGINS_ENV = "AGENTFLY_LOAD_PLUGINS"
+HOOK_KINDS = {
+    "register_tools": "tools",
+    "register_rewards": "rewards",
+    "register_envs": "envs",
+    "register_recipes": "recipes",
+    "register_backends": "backends",
+}
+
+
+def hook_names() -> list[str]:
+    """Every hookspec name, in declaration order."""
+    marker = f"{hookspecs.PROJECT_NAME}_spec"
+    return [name for name, value in vars(hookspecs).items() if hasattr(value, marker)]
+
+
+def normalize_distribution(name: str) -> str:
+    """PEP 503 normalisation: ``My_Plugin`` and ``my-plugin`` are the same distribution."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+@dataclass
+class PluginInfo:
+    """One entry point of the ``agentfly`` group and how its loading went."""
+
+    name: str
+    module: str
+    distribution: str | None
+    version: str | None
+    builtin: bool
+    hooks: list[str] = field(default_factory=list)
+    error: str | None = None
+    hook_errors: dict[str, str] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and not self.hook_errors
+
+    @property
+    def provenance(self) -> Provenance:
+        return Provenance(self.name, self.distribution, self.version, self.builtin)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class PluginHost:
+    """The loaded plugins, their registered components, and the pluggy manager behind them."""
+
+    def __init__(self, manager: pluggy.PluginManager) -> None:
+        self.manager = manager
+        self.plugins: list[PluginInfo] = []
+        self.components = Components()
+        self.missing_requested: list[str] = []
+        self._commands_added: set[int] = set()
+
+    def plugin(self, name: str) -> PluginInfo:
+        return next(p for p in self.plugins if p.name == name)
+
+    @property
+    def failed(self) -> list[PluginInfo]:
+        return [p for p in self.plugins if not p.ok]
+
+    def add_commands(self, app: Any) -> None:
+        """Let each plugin add commands to the Typer ``app`` (once per app)."""
+        if id(app) in self._commands_added:
+            return
+        self._commands_added.add(id(app))
+        for implementation in self.manager.hook.register_commands.get_hookimpls():
+            info = self.plugin(implementation.plugin_name)
+            try:
+                implementation.function(app=app)
+            except Exception as exc:
+                info.hook_errors["register_commands"] = _describe(exc)
+
+
+def _describe(exc: BaseException) -> str:
+    message = str(exc).strip()
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
+def requested_distributions(value: str | None = None) -> set[str] | None:
+    """The distributions named by ``AGENTFLY_LOAD_PLUGINS`` (None: load all)."""
+    value = os.environ.get(LOAD_PLUGINS_ENV) if value is None else value
+    if value is None:
+        return None
+    return {normalize_distribution(part.strip()) for part in value.split(",") if part.strip()}
+
+
+def _entry_points() -> list[importlib.metadata.EntryPoint]:
+    seen: set[tuple[str | None, str, str]] = set()
+    unique = []
+    for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        distribution = entry_point.dist.name if entry_point.dist else None
+        key = (
+            distribution and normalize_distribution(distribution),
+            entry_point.name,
+            entry_point.value,
+        )
+        if key not in seen:
+            seen.add(key)
+            unique.append(entry_point)
+    return unique
+
+
+def load_plugins(
+    entry_points: Iterable[importlib.metadata.EntryPoint] | None = None,
+    *,
+    only: set[str] | None | str = "env",
+) -> PluginHost:
+    """Load the plugins and register their components. Never raises for a broken plugin."""
+    manager = pluggy.PluginManager(hookspecs.PROJECT_NAME)
+    manager.add_hookspecs(hookspecs)
+    host = PluginHost(manager)
+    wanted = requested_distributions() if only == "env" else only
+    candidates = list(_entry_points() if entry_points is None else entry_points)
+    if wanted is not None:
+        present = {normalize_distribution(ep.dist.name) for ep in candidates if ep.dist}
+        host.missing_requested = sorted(wanted - present)
+        candidates = [
+            ep for ep in candidates if ep.dist and normalize_distribution(ep.dist.name) in wanted
+        ]
+
+    def order(ep: importlib.metadata.EntryPoint) -> tuple:
+        distribution = normalize_distribution(ep.dist.name) if ep.dist else ""
+        return (distribution != BUILTIN_DISTRIBUTION, distribution, ep.name)
+
+    for entry_point in sorted(candidates, key=order):
+        info = _register_entry_point(manager, entry_point)
+        if info is not None:
+            host.plugins.append(info)
+    _run_register_hooks(host)
+    return host
+
+
+def _register_entry_point(manager: pluggy.PluginManager, entry_point) -> PluginInfo | None:
+    distribution = entry_point.dist.name if entry_point.dist else None
+    info = PluginInfo(
+        name=entry_point.name,
+        module=entry_point.value,
+        distribution=distribution,
+        version=entry_point.dist.version if entry_point.dist else None,
+        builtin=distribution is not None
+        and normalize_distribution(distribution) == BUILTIN_DISTRIBUTION,
+    )
+    if manager.has_plugin(entry_point.name):
+        other = manager.get_plugin(entry_point.name)
+        info.error = (
+            f"another plugin is already named '{entry_point.name}' "
+            f"({getattr(other, '__name__', other)}); rename one entry point"
+        )
+        return info
+    try:
+        module = entry_point.load()
+    except (Exception, SystemExit) as exc:
+        info.error = _describe(exc)
+        return info
+    try:
+        manager.register(module, name=entry_point.name)
+    except Exception as exc:  # pluggy.PluginValidationError: bad hook arguments
+        info.error = _describe(exc)
+        return info
+    try:
+        manager.check_pending()
+    except pluggy.PluginValidationError as exc:
+        manager.unregister(module)
+        info.error = _pending_message(exc)
+        return info
+    known = set(hook_names())
+    info.hooks = sorted(
+        caller.name for caller in manager.get_hookcallers(module) or [] if caller.name in known
+    )
+    for name in sorted(known - set(info.hooks)):
+        if callable(getattr(module, name, None)):
+            info.warnings.append(f"function {name}() is not marked with @hookimpl; it is ignored")
+    return info
+
+
+def _pending_message(exc: pluggy.PluginValidationError) -> str:
+    match = re.search(r"unknown hook '([^']+)'", str(exc))
+    if not match:
+        return _describe(exc)
+    name = match.group(1)
+    close = difflib.get_close_matches(name, hook_names(), n=1)
+    hint = f"did you mean '{close[0]}'?" if close else f"known hooks: {', '.join(hook_names())}"
+    return f"unknown hook '{name}'; {hint}"
+
+
+def _run_register_hooks(host: PluginHost) -> None:
+    for hook_name, kind in HOOK_KINDS.items():
+        registry = host.components.of(kind)
+        for implementation in getattr(host.manager.hook, hook_name).get_hookimpls():
+            info = host.plugin(implementation.plugin_name)
+            staged: list[Entry] = []
+            register = _REGISTER_FACTORIES[kind](staged, info.provenance)
+            try:
+                implementation.function(register=register)
+            except Exception as exc:
+                info.hook_errors[hook_name] = _describe(exc)
+                continue
+            conflicts = []
+            for entry in staged:
+                try:
+                    registry.add(entry)
+                except ComponentConflictError as exc:
+                    conflicts.append(str(exc))
+            if conflicts:
+                info.hook_errors[hook_name] = "; ".join(conflicts)
+
+
+def _tool_register(staged: list[Entry], provenance: Provenance) -> Callable[..., None]:
+    from agentfly_cli.tools import Tool
+
+    def register(obj: Any, name: str | None = None) -> None:
+        component = obj if isinstance(obj, Tool) else Tool(obj, name=name)
+        if not component.is_bound:
+            raise TypeError(
+                f"tool '{component.name}' is an unbound method; register an instance's tool, "
+                f"e.g. register(MyToolbox().{component.name})"
+            )
+        if name and name != component.name:
+            component = copy.copy(component)
+            component.name = name
+        staged.append(Entry("tools", component.name, component, provenance, component.description))
+
+    return register
+
+
+def _reward_register(staged: list[Entry], provenance: Provenance) -> Callable[..., None]:
+    from agentfly_cli.rewards import Reward
+
+    def register(obj: Any, name: str | None = None) -> None:
+        component = obj if isinstance(obj, Reward) else Reward(obj, name=name)
+        if name and name != component.name:
+            component = copy.copy(component)
+            component.name = name
+        staged.append(
+            Entry("rewards", component.name, component, provenance, component.description)
+        )
+
+    return register
+
+
+def _env_register(staged: list[Entry], provenance: Provenance) -> Callable[..., None]:
+    from agentfly_cli.envs.base import EnvSpec
+
+    def register(spec: EnvSpec) -> None:
+        if not isinstance(spec, EnvSpec):
+            raise TypeError(f"register_envs takes an EnvSpec, got {type(spec).__name__}")
+        staged.append(Entry("envs", spec.name, spec, provenance, spec.description))
+
+    return register
+
+
+def _recipe_register(staged: list[Entry], provenance: Provenance) -> Callable[..., None]:
+    def register(name: str, path: Any, description: str = "") -> None:
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"recipe '{name}': no file at {path}")
+        recipe = RecipeRef(name, os.fspath(path), description)
+        staged.append(Entry("recipes", name, recipe, provenance, description))
+
+    return register
+
+
+def _backend_register(staged: list[Entry], provenance: Provenance) -> Callable[..., None]:
+    def register(name: str, factory: Any, description: str = "") -> None:
+        if not callable(factory):
+            raise TypeError(f"backend '{name}': factory must be callable")
+        backend = BackendRef(name, factory, description)
+        staged.append(Entry("backends", name, backend, provenance, description))
+
+    return register
+
+
+_REGISTER_FACTORIES = {
+    "tools": _tool_register,
+    "rewards": _reward_register,
+    "envs": _env_register,
+    "recipes": _recipe_register,
+    "backends": _backend_register,
+}
+
+_host: PluginHost | None = None
+_host_lock = threading.Lock()
+
+
+def get_plugin_host() -> PluginHost:
+    """The process-wide plugin host, loaded on first use."""
+    global _host
+    if _host is None:
+        with _host_lock:
+            if _host is None:
+                _host = load_plugins()
+    return _host
+
+
+def reset_plugin_host() -> None:
+    """Forget the loaded plugins (tests, or after installing a plugin at run time)."""
+    global _host
+    with _host_lock:
+        _host = None

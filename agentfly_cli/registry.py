@@ -1,0 +1,139 @@
+"""Named components (tools, rewards, envs, recipes, backends) that remember their plugin."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentfly_cli.errors import ComponentConflictError, UnknownComponentError
+
+KINDS = ("tools", "rewards", "envs", "recipes", "backends")
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where a component came from."""
+
+    plugin: str
+    distribution: str | None = None
+    version: str | None = None
+    builtin: bool = False
+
+    def describe(self) -> str:
+        if self.distribution:
+            return f"plugin '{self.plugin}' ({self.distribution} {self.version or ''})".replace(
+                " )", ")"
+            )
+        return f"plugin '{self.plugin}'"
+
+
+@dataclass
+class Entry:
+    """One registered component."""
+
+    kind: str
+    name: str
+    obj: Any
+    provenance: Provenance
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class RecipeRef:
+    """A recipe: a YAML file that a plugin provides."""
+
+    name: str
+    path: str
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class BackendRef:
+    """An LLM backend: a factory that builds it from its config."""
+
+    name: str
+    factory: Any
+    description: str = ""
+
+
+@dataclass
+class Registry:
+    """The components of one kind. A name given twice is a conflict, never an overwrite."""
+
+    kind: str
+    _entries: dict[str, Entry] = field(default_factory=dict)
+    _conflicts: dict[str, list[Entry]] = field(default_factory=dict)
+
+    @property
+    def singular(self) -> str:
+        return self.kind.rstrip("s")
+
+    def add(self, entry: Entry) -> None:
+        """Add ``entry``; raise :class:`ComponentConflictError` if its name is taken."""
+        existing = self._entries.get(entry.name)
+        if existing is not None:
+            self._conflicts.setdefault(entry.name, [existing]).append(entry)
+            raise ComponentConflictError(
+                conflict_message(self.singular, entry.name, existing, entry)
+            )
+        self._entries[entry.name] = entry
+
+    def entry(self, name: str) -> Entry:
+        """The entry called ``name``; a clear error when it is unknown or in conflict."""
+        if name in self._conflicts:
+            first, *others = self._conflicts[name]
+            raise ComponentConflictError(conflict_message(self.singular, name, first, others[0]))
+        try:
+            return self._entries[name]
+        except KeyError:
+            raise UnknownComponentError(self._unknown_message(name)) from None
+
+    def get(self, name: str) -> Any:
+        return self.entry(name).obj
+
+    def _unknown_message(self, name: str) -> str:
+        known = sorted(self._entries)
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f"did you mean '{close[0]}'? " if close else ""
+        listing = f"run `agentfly {self.kind} list` to see the {len(known)} available"
+        return f"unknown {self.singular} '{name}'; {hint}{listing}"
+
+    def entries(self) -> list[Entry]:
+        return [self._entries[name] for name in sorted(self._entries)]
+
+    def conflicts(self) -> dict[str, list[Entry]]:
+        return {name: list(entries) for name, entries in self._conflicts.items()}
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._entries))
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+def conflict_message(singular: str, name: str, first: Entry, second: Entry) -> str:
+    return (
+        f"{singular} '{name}' is registered by both {first.provenance.describe()} and "
+        f"{second.provenance.describe()}; rename one of them or uninstall one plugin"
+    )
+
+
+@dataclass
+class Components:
+    """Every registry, by kind."""
+
+    tools: Registry = field(default_factory=lambda: Registry("tools"))
+    rewards: Registry = field(default_factory=lambda: Registry("rewards"))
+    envs: Registry = field(default_factory=lambda: Registry("envs"))
+    recipes: Registry = field(default_factory=lambda: Registry("recipes"))
+    backends: Registry = field(default_factory=lambda: Registry("backends"))
+
+    def of(self, kind: str) -> Registry:
+        if kind not in KINDS:
+            raise ValueError(f"unknown component kind {kind!r}; kinds: {', '.join(KINDS)}")
+        return getattr(self, kind)
