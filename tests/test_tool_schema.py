@@ -94,21 +94,34 @@ CASES = [
         },
         ["a"],
     ),
-    (f_default, {"a": {"type": "integer", "default": 3}, "b": {"type": "string", "default": "x"}},
-     []),
+    (
+        f_default,
+        {"a": {"type": "integer", "default": 3}, "b": {"type": "string", "default": "x"}},
+        [],
+    ),
     (f_annotated, {"a": {"type": "integer", "minimum": 0, "maximum": 10}}, ["a"]),
     (f_any, {"a": {}}, ["a"]),
     (f_unannotated, {"a": {}, "b": {"default": 2}}, ["a"]),
     (
         f_nested,
-        {"a": {"type": "array", "items": {"type": "object",
-                                          "additionalProperties": {"type": "integer"}}}},
+        {
+            "a": {
+                "type": "array",
+                "items": {"type": "object", "additionalProperties": {"type": "integer"}},
+            }
+        },
         ["a"],
     ),
     (
         f_tuple,
-        {"a": {"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}],
-               "minItems": 2, "maxItems": 2}},
+        {
+            "a": {
+                "type": "array",
+                "prefixItems": [{"type": "integer"}, {"type": "string"}],
+                "minItems": 2,
+                "maxItems": 2,
+            }
+        },
         ["a"],
     ),
     (f_no_args, {}, []),
@@ -123,8 +136,9 @@ def _without_descriptions(node):
     return node
 
 
-@pytest.mark.parametrize(("func", "properties", "required"), CASES,
-                         ids=[c[0].__name__ for c in CASES])
+@pytest.mark.parametrize(
+    ("func", "properties", "required"), CASES, ids=[c[0].__name__ for c in CASES]
+)
 def test_schema_from_type_hints(func, properties, required):
     parameters = tool(func).schema["function"]["parameters"]
     assert parameters["type"] == "object"
@@ -198,8 +212,9 @@ def rest_style(city: str, days: int = 1) -> str:
     return city
 
 
-@pytest.mark.parametrize("func", [google_style, numpy_style, rest_style],
-                         ids=["google", "numpy", "rest"])
+@pytest.mark.parametrize(
+    "func", [google_style, numpy_style, rest_style], ids=["google", "numpy", "rest"]
+)
 def test_docstring_styles(func):
     function = tool(func).schema["function"]
     assert function["description"].startswith("Get the weather forecast.")

@@ -2,8 +2,23 @@
 
 from __future__ import annotations
 
-from agentfly_cli.cli.output import JSON_OPTION, handle_errors, print_json, stdout_console, table
-from agentfly_cli.plugins import LOAD_PLUGINS_ENV, get_plugin_host
+from agentfly_cli.cli.output import (
+    JSON_OPTION,
+    handle_errors,
+    print_json,
+    print_text,
+    stdout_console,
+    table,
+)
+from agentfly_cli.plugins import LOAD_PLUGINS_ENV, PluginInfo, get_plugin_host
+
+
+def problems_of(plugin: PluginInfo) -> list[str]:
+    """Load errors, hook errors and warnings, one line each."""
+    lines = [f"error: {plugin.error}"] if plugin.error else []
+    lines += [f"error in {hook}: {message}" for hook, message in plugin.hook_errors.items()]
+    lines += [f"warning: {message}" for message in plugin.warnings]
+    return lines
 
 
 @handle_errors
@@ -18,35 +33,29 @@ def plugins(as_json: bool = JSON_OPTION) -> None:
             }
         )
         return
-    rows = []
-    for plugin in host.plugins:
-        problems = ([plugin.error] if plugin.error else []) + [
-            f"{hook}: {message}" for hook, message in plugin.hook_errors.items()
-        ]
-        status = "ok" if not problems else "error: " + "; ".join(problems)
-        if plugin.warnings:
-            status += " (warning: " + "; ".join(plugin.warnings) + ")"
-        rows.append(
-            (
-                plugin.name,
-                plugin.distribution or "?",
-                plugin.version or "?",
-                "yes" if plugin.builtin else "no",
-                ", ".join(plugin.hooks) or "-",
-                status,
-            )
+    rows = [
+        (
+            plugin.name,
+            plugin.distribution or "?",
+            plugin.version or "?",
+            "yes" if plugin.builtin else "no",
+            ", ".join(plugin.hooks) or "-",
+            "ok" if plugin.ok else "ERROR",
         )
-    console = stdout_console()
-    console.print(
+        for plugin in host.plugins
+    ]
+    stdout_console().print(
         table(
-            "agentfly plugins",
+            f"{len(rows)} plugins",
             ("name", "distribution", "version", "built-in", "hooks", "status"),
             rows,
         )
     )
+    for plugin in host.plugins:
+        for line in problems_of(plugin):
+            print_text(f"{plugin.name}: {line}")
     if host.missing_requested:
-        console.print(
+        print_text(
             f"{LOAD_PLUGINS_ENV} names distributions without an agentfly plugin: "
-            + ", ".join(host.missing_requested),
-            markup=False,
+            + ", ".join(host.missing_requested)
         )

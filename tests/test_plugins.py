@@ -1,0 +1,334 @@
+"""The plugin system: entry points, hooks with provenance, isolation of broken plugins."""
+
+from __future__ import annotations
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from agentfly_cli.errors import ComponentConflictError, UnknownComponentError
+from agentfly_cli.plugins import hook_names, load_plugins, requested_distributions
+
+HEADER = "from agentfly_cli import hookimpl, tool, reward\n"
+
+
+def load(*dists):
+    return load_plugins(only=set(dists))
+
+
+def test_builtins_register_through_entry_points():
+    host = load("agentfly-cli")
+    names = {p.name: p for p in host.plugins}
+    assert {"builtin_tools", "builtin_rewards", "builtin_envs"} <= set(names)
+    for plugin in names.values():
+        assert plugin.builtin and plugin.distribution == "agentfly-cli" and plugin.ok
+    calculator = host.components.tools.entry("calculator")
+    assert calculator.provenance.plugin == "builtin_tools"
+    assert calculator.provenance.builtin
+    assert host.components.rewards.entry("math_equal").provenance.plugin == "builtin_rewards"
+    assert host.components.envs.entry("scratchpad").provenance.plugin == "builtin_envs"
+
+
+def test_hook_register_tools(make_plugin):
+    dist = make_plugin(
+        HEADER
+        + """
+@tool
+def shout(text: str) -> str:
+    '''Upper-case the text.'''
+    return text.upper()
+
+def plain(x: int) -> int:
+    '''A plain function becomes a tool.'''
+    return x
+
+@hookimpl
+def register_tools(register):
+    register(shout)
+    register(plain, name="renamed")
+""",
+        version="2.0.1",
+    )
+    host = load(dist)
+    entry = host.components.tools.entry("shout")
+    assert entry.provenance.distribution == dist and entry.provenance.version == "2.0.1"
+    assert not entry.provenance.builtin
+    assert host.components.tools.get("renamed").name == "renamed"
+    assert host.plugins[0].hooks == ["register_tools"]
+
+
+def test_hook_register_rewards(make_plugin):
+    dist = make_plugin(
+        HEADER
+        + """
+@reward
+def always(prediction):
+    return 1.0
+
+@hookimpl
+def register_rewards(register):
+    register(always)
+    register(lambda prediction, answer: float(prediction == answer), name="lam")
+"""
+    )
+    rewards = load(dist).components.rewards
+    assert set(rewards) == {"always", "lam"}
+    assert rewards.get("lam").fields == ["answer"]
+
+
+def test_hook_register_envs(make_plugin):
+    dist = make_plugin(
+        """
+from agentfly_cli import hookimpl, BaseEnv, EnvSpec
+
+class Counter(BaseEnv):
+    pass
+
+@hookimpl
+def register_envs(register):
+    register(EnvSpec(name="counter", factory=Counter, pool_max=4, warm_size=2))
+"""
+    )
+    spec = load(dist).components.envs.get("counter")
+    assert (spec.pool_max, spec.warm_size) == (4, 2)
+    assert type(spec.create()).__name__ == "Counter"
+
+
+def test_hook_register_recipes(make_plugin, tmp_path):
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("model: tiny\n")
+    dist = make_plugin(
+        f"""
+from agentfly_cli import hookimpl
+
+@hookimpl
+def register_recipes(register):
+    register("tiny", {str(recipe)!r}, description="A tiny recipe")
+"""
+    )
+    entry = load(dist).components.recipes.entry("tiny")
+    assert entry.obj.path == str(recipe) and entry.description == "A tiny recipe"
+
+
+def test_hook_register_backends(make_plugin):
+    dist = make_plugin(
+        """
+from agentfly_cli import hookimpl
+
+def make_backend(config):
+    return ("backend", config)
+
+@hookimpl
+def register_backends(register):
+    register("echo", make_backend, description="Echoes")
+"""
+    )
+    backend = load(dist).components.backends.get("echo")
+    assert backend.factory({"a": 1}) == ("backend", {"a": 1})
+
+
+def test_hook_register_commands(make_plugin):
+    dist = make_plugin(
+        """
+from agentfly_cli import hookimpl
+
+@hookimpl
+def register_commands(app):
+    @app.command("hello")
+    def hello(name: str = "world"):
+        '''Say hello.'''
+        print(f"hello {name}")
+"""
+    )
+    host = load(dist)
+    app = typer.Typer()
+
+    @app.command("noop")
+    def noop():
+        """Placeholder so the app is a group."""
+
+    host.add_commands(app)
+    host.add_commands(app)  # idempotent per app
+    result = CliRunner().invoke(app, ["hello", "--name", "plugins"])
+    assert result.exit_code == 0 and result.stdout == "hello plugins\n"
+
+
+def test_import_error_is_recorded_and_isolated(make_plugin):
+    broken = make_plugin("raise RuntimeError('plugin exploded at import')\n")
+    working = make_plugin(
+        HEADER + "@hookimpl\ndef register_tools(register):\n"
+        "    register(lambda: 'ok', name='fine')\n"
+    )
+    host = load(broken, working)
+    info = {p.distribution: p for p in host.plugins}
+    assert info[broken].error == "RuntimeError: plugin exploded at import"
+    assert not info[broken].ok
+    assert info[working].ok and "fine" in host.components.tools
+
+
+def test_syntax_error_and_system_exit_are_isolated(make_plugin):
+    syntax = make_plugin("def broken(:\n")
+    exits = make_plugin("import sys\nsys.exit(3)\n")
+    host = load(syntax, exits)
+    errors = {p.distribution: p.error for p in host.plugins}
+    assert errors[syntax].startswith("SyntaxError")
+    assert errors[exits] == "SystemExit: 3"
+
+
+def test_raising_hook_is_recorded_and_its_items_discarded(make_plugin):
+    dist = make_plugin(
+        HEADER
+        + """
+@hookimpl
+def register_tools(register):
+    register(lambda: 1, name="first")
+    raise ValueError("second tool failed")
+
+@hookimpl
+def register_rewards(register):
+    register(lambda prediction: 1.0, name="still_here")
+"""
+    )
+    host = load(dist)
+    info = host.plugins[0]
+    assert info.hook_errors == {"register_tools": "ValueError: second tool failed"}
+    assert "first" not in host.components.tools
+    assert "still_here" in host.components.rewards
+
+
+def test_bad_component_in_hook_is_recorded(make_plugin):
+    dist = make_plugin(
+        HEADER
+        + """
+@hookimpl
+def register_tools(register):
+    def bad(*args):
+        pass
+    register(bad)
+"""
+    )
+    info = load(dist).plugins[0]
+    assert "cannot be described to a model" in info.hook_errors["register_tools"]
+
+
+def test_unbound_method_tool_is_rejected(make_plugin):
+    dist = make_plugin(
+        HEADER
+        + """
+class Box:
+    @tool
+    def look(self) -> str:
+        return "inside"
+
+@hookimpl
+def register_tools(register):
+    register(Box.look)
+"""
+    )
+    info = load(dist).plugins[0]
+    assert "register(MyToolbox().look)" in info.hook_errors["register_tools"]
+
+
+def test_misspelled_hook_is_caught(make_plugin):
+    dist = make_plugin(
+        HEADER + "@hookimpl\ndef register_tool(register):\n    register(lambda: 1, name='x')\n"
+    )
+    host = load(dist)
+    assert host.plugins[0].error == "unknown hook 'register_tool'; did you mean 'register_tools'?"
+    assert "x" not in host.components.tools
+
+
+def test_wrong_hook_arguments_are_caught(make_plugin):
+    dist = make_plugin(HEADER + "@hookimpl\ndef register_tools(registry):\n    pass\n")
+    error = load(dist).plugins[0].error
+    assert error.startswith("PluginValidationError") and "registry" in error
+
+
+def test_unmarked_hook_function_is_a_warning(make_plugin):
+    dist = make_plugin("def register_tools(register):\n    pass\n")
+    info = load(dist).plugins[0]
+    assert info.ok and info.hooks == []
+    assert info.warnings == [
+        "function register_tools() is not marked with @hookimpl; it is ignored"
+    ]
+
+
+def test_duplicate_names_name_both_plugins(make_plugin):
+    dist = make_plugin(
+        HEADER + "@hookimpl\ndef register_tools(register):\n"
+        "    register(lambda expression: expression, name='calculator')\n",
+        entry_point="rival",
+    )
+    host = load("agentfly-cli", dist)
+    rival = next(p for p in host.plugins if p.name == "rival")
+    message = rival.hook_errors["register_tools"]
+    assert "tool 'calculator' is registered by both plugin 'builtin_tools' (agentfly-cli" in message
+    assert f"plugin 'rival' ({dist} 1.2.3)" in message
+    with pytest.raises(ComponentConflictError, match="registered by both"):
+        host.components.tools.get("calculator")
+    assert host.components.tools.get("answer").name == "answer"  # others unaffected
+
+
+def test_duplicate_names_within_one_kind_only(make_plugin):
+    dist = make_plugin(
+        HEADER + "@hookimpl\ndef register_rewards(register):\n"
+        "    register(lambda prediction: 1.0, name='calculator')\n"
+    )
+    host = load("agentfly-cli", dist)
+    assert host.plugins[-1].ok
+    assert host.components.rewards.get("calculator").name == "calculator"
+
+
+def test_two_entry_points_with_one_name(make_plugin):
+    first = make_plugin("", entry_point="same")
+    second = make_plugin("", entry_point="same")
+    host = load(first, second)
+    errors = [p.error for p in host.plugins]
+    assert errors[0] is None and "already named 'same'" in errors[1]
+
+
+def test_unknown_component_suggests_a_name():
+    host = load("agentfly-cli")
+    with pytest.raises(UnknownComponentError, match="did you mean 'calculator'"):
+        host.components.tools.get("calculater")
+
+
+def test_load_plugins_env_variable(monkeypatch, make_plugin):
+    dist = make_plugin(
+        HEADER + "@hookimpl\ndef register_tools(register):\n"
+        "    register(lambda: 1, name='from_plugin')\n"
+    )
+    monkeypatch.setenv("AGENTFLY_LOAD_PLUGINS", dist.upper().replace("-", "_"))
+    host = load_plugins()
+    assert [p.distribution for p in host.plugins] == [dist]
+    assert list(host.components.tools) == ["from_plugin"]
+
+    monkeypatch.setenv("AGENTFLY_LOAD_PLUGINS", "")
+    assert load_plugins().plugins == []
+
+    monkeypatch.setenv("AGENTFLY_LOAD_PLUGINS", f"agentfly-cli, {dist}, not-installed")
+    host = load_plugins()
+    assert "calculator" in host.components.tools and "from_plugin" in host.components.tools
+    assert host.missing_requested == ["not-installed"]
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(None, None), ("", set()), (" , ", set()), ("A_b.c, d", {"a-b-c", "d"})],
+)
+def test_requested_distributions(monkeypatch, value, expected):
+    monkeypatch.delenv("AGENTFLY_LOAD_PLUGINS", raising=False)
+    if value is not None:
+        monkeypatch.setenv("AGENTFLY_LOAD_PLUGINS", value)
+    assert requested_distributions() == expected
+
+
+def test_hook_names_match_the_hookspecs():
+    assert hook_names() == [
+        "register_tools",
+        "register_rewards",
+        "register_envs",
+        "register_recipes",
+        "register_backends",
+        "register_commands",
+    ]
