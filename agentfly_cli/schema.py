@@ -10,6 +10,7 @@ string annotations are resolved with :func:`typing.get_type_hints`.
 from __future__ import annotations
 
 import inspect
+import re
 import typing
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -51,7 +52,7 @@ def describe_function(
             "define the types at module level so they can be imported"
         ) from exc
     docstring = docstring_parser.parse(inspect.getdoc(func) or "")
-    argument_docs = {p.arg_name: (p.description or "").strip() for p in docstring.params}
+    argument_docs = {p.arg_name: unwrap_text(p.description or "") for p in docstring.params}
 
     fields: dict[str, Any] = {}
     field_to_argument: dict[str, str] = {}
@@ -88,15 +89,35 @@ def describe_function(
             f"tool '{label}': a parameter type cannot be expressed as JSON Schema ({exc}); "
             "use JSON types, Literal, Enum or pydantic models"
         ) from exc
-    parameters = clean_schema(raw_schema)
-    parameters.setdefault("properties", {})
+    cleaned = clean_schema(raw_schema)
+    parameters = {"type": "object", "properties": cleaned.pop("properties", {})}
+    if "required" in cleaned:
+        parameters["required"] = cleaned.pop("required")
+    cleaned.pop("additionalProperties", None)
     parameters["additionalProperties"] = False
+    parameters.update((k, v) for k, v in cleaned.items() if k != "type")
     description = "\n\n".join(
-        part.strip()
+        unwrap_text(part)
         for part in (docstring.short_description, docstring.long_description)
         if part and part.strip()
     )
     return ArgumentsSpec(model, parameters, description, field_to_argument)
+
+
+_STRUCTURED_LINE = re.compile(r"^\s*([-*+>|]|\d+[.)]\s|```)|^\s{2,}")
+
+
+def unwrap_text(text: str) -> str:
+    """Join the hard-wrapped lines of each paragraph; lists, quotes and code keep their lines."""
+    paragraphs = re.split(r"\n\s*\n", text.strip())
+    unwrapped = []
+    for paragraph in paragraphs:
+        lines = paragraph.splitlines()
+        if any(_STRUCTURED_LINE.match(line) for line in lines):
+            unwrapped.append(paragraph)
+        else:
+            unwrapped.append(" ".join(line.strip() for line in lines))
+    return "\n\n".join(unwrapped)
 
 
 def clean_schema(schema: dict[str, Any]) -> dict[str, Any]:

@@ -229,8 +229,29 @@ def test_google_long_description_and_multiline_argument():
     function = tool(google_style).schema["function"]
     assert function["description"] == "Get the weather forecast.\n\nUses the national service."
     assert function["parameters"]["properties"]["city"]["description"] == (
-        "Name of the city,\npossibly with a country."
+        "Name of the city, possibly with a country."
     )
+
+
+def test_structured_docstrings_keep_their_lines():
+    def listing(mode: str) -> str:
+        """Run in a mode.
+
+        Modes:
+        - fast: skip checks
+        - slow: check everything
+
+        Args:
+            mode: One of
+                fast or slow.
+        """
+        return mode
+
+    function = tool(listing).schema["function"]
+    assert function["description"] == (
+        "Run in a mode.\n\nModes:\n- fast: skip checks\n- slow: check everything"
+    )
+    assert function["parameters"]["properties"]["mode"]["description"] == "One of fast or slow."
 
 
 def test_decorator_options_override_name_and_description():

@@ -8,7 +8,7 @@ from tools_builtin.safe_eval import evaluate, format_number
 def calculator(expression: str) -> str:
     """Evaluate an arithmetic expression and return the number.
 
-    Supports + - * / // % ** (``^`` also means power), parentheses, the constants pi, e and
+    Supports + - * / // % ** (^ also means power), parentheses, the constants pi, e and
     tau, and functions such as sqrt, log, sin, abs, round, min, max and factorial.
 
     Args:

@@ -91,8 +91,8 @@ def handle_errors(command: Callable[..., Any]) -> Callable[..., Any]:
 def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> Table:
     """A Rich table; cells are escaped so that user text never becomes markup."""
     result = Table(title=title, title_justify="left", header_style="bold", expand=False)
-    for column in columns:
-        result.add_column(column, overflow="fold")
+    for index, column in enumerate(columns):
+        result.add_column(column, overflow="fold", no_wrap=index == 0)
     for row in rows:
         result.add_row(*(escape("" if cell is None else str(cell)) for cell in row))
     return result

@@ -39,7 +39,7 @@ def plugins(as_json: bool = JSON_OPTION) -> None:
             plugin.distribution or "?",
             plugin.version or "?",
             "yes" if plugin.builtin else "no",
-            ", ".join(plugin.hooks) or "-",
+            ", ".join(hook.removeprefix("register_") for hook in plugin.hooks) or "-",
             "ok" if plugin.ok else "ERROR",
         )
         for plugin in host.plugins
