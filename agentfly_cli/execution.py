@@ -11,13 +11,12 @@ import asyncio
 import contextvars
 import functools
 import inspect
-import os
 import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-DEFAULT_WORKER_THREADS = 64
+from agentfly_cli import settings
 
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
@@ -29,9 +28,8 @@ def worker_pool() -> ThreadPoolExecutor:
     if _pool is None:
         with _pool_lock:
             if _pool is None:
-                size = int(os.environ.get("AGENTFLY_WORKER_THREADS", DEFAULT_WORKER_THREADS))
                 _pool = ThreadPoolExecutor(
-                    max_workers=max(1, size), thread_name_prefix="agentfly-worker"
+                    max_workers=settings.worker_threads(), thread_name_prefix="agentfly-worker"
                 )
     return _pool
 
@@ -60,14 +58,16 @@ async def call_with_timeout(
     """
     if is_async is None:
         is_async = is_async_callable(func)
+    loop = asyncio.get_running_loop()
+    deadline = None if timeout is None else loop.time() + timeout
     if is_async:
         awaitable = func(**kwargs)
     else:
-        loop = asyncio.get_running_loop()
         context = contextvars.copy_context()
         call = functools.partial(context.run, func, **kwargs)
         awaitable = loop.run_in_executor(worker_pool(), call)
     result = await asyncio.wait_for(awaitable, timeout)
     if inspect.isawaitable(result):  # a sync wrapper that returned a coroutine
-        result = await asyncio.wait_for(result, timeout)
+        remaining = None if deadline is None else max(0.0, deadline - loop.time())
+        result = await asyncio.wait_for(result, remaining)
     return result

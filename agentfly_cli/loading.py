@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
-from agentfly_cli.errors import UserError
+from agentfly_cli.errors import UnknownComponentError, UserError
 from agentfly_cli.plugins import PluginHost, get_plugin_host
 
 
@@ -39,6 +40,8 @@ def load_object(spec: str) -> Any:
                 sys.modules.pop(module_name, None)
                 raise UserError(f"cannot load {spec!r}: {type(exc).__name__}: {exc}") from exc
     else:
+        if os.getcwd() not in sys.path and "" not in sys.path:
+            sys.path.insert(0, os.getcwd())  # as `python -m` does: modules beside the user
         try:
             module = importlib.import_module(target)
         except Exception as exc:
@@ -52,16 +55,37 @@ def load_object(spec: str) -> Any:
     return value
 
 
+def _registered(host: PluginHost, kind: str, name: str) -> Any:
+    """The component, or an unknown-name error that also points at plugins that failed."""
+    try:
+        return host.components.of(kind).get(name)
+    except UnknownComponentError as exc:
+        if not host.failed:
+            raise
+        failed = ", ".join(p.name for p in host.failed)
+        raise UnknownComponentError(
+            f"{exc}; note that plugin(s) {failed} failed to load (see `agentfly plugins`)"
+        ) from None
+
+
 def resolve_tool(spec: str, host: PluginHost | None = None):
     """A registered tool by name, or a ``module:attr`` / ``file.py:attr`` tool or function."""
+    from agentfly_cli.rewards import Reward
     from agentfly_cli.tools import Tool
 
     host = host or get_plugin_host()
     if ":" not in spec:
-        return host.components.tools.get(spec)
+        return _registered(host, "tools", spec)
     value = load_object(spec)
     if isinstance(value, Tool):
+        if not value.is_bound:
+            raise UserError(
+                f"{spec!r} is a method tool read from its class; expose an instance's tool, "
+                f"e.g. toolbox = MyToolbox() and then 'module:toolbox.{value.name}'"
+            )
         return value
+    if isinstance(value, Reward):
+        raise UserError(f"{spec!r} is a reward, not a tool; try `agentfly rewards call`")
     if callable(value):
         try:
             return Tool(value)
@@ -73,13 +97,16 @@ def resolve_tool(spec: str, host: PluginHost | None = None):
 def resolve_reward(spec: str, host: PluginHost | None = None):
     """A registered reward by name, or a ``module:attr`` / ``file.py:attr`` reward or function."""
     from agentfly_cli.rewards import Reward
+    from agentfly_cli.tools import Tool
 
     host = host or get_plugin_host()
     if ":" not in spec:
-        return host.components.rewards.get(spec)
+        return _registered(host, "rewards", spec)
     value = load_object(spec)
     if isinstance(value, Reward):
         return value
+    if isinstance(value, Tool):
+        raise UserError(f"{spec!r} is a tool, not a reward; try `agentfly tools call`")
     if callable(value):
         try:
             return Reward(value)

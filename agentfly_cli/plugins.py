@@ -91,16 +91,57 @@ class PluginHost:
         return [p for p in self.plugins if not p.ok]
 
     def add_commands(self, app: Any) -> None:
-        """Let each plugin add commands to the Typer ``app`` (once per app)."""
+        """Let each plugin add commands to the Typer ``app`` (once per app).
+
+        A command whose name is already taken (by a built-in or an earlier plugin) is removed
+        again and reported on the plugin, never silently replacing the existing one.
+        """
         if id(app) in self._commands_added:
             return
         self._commands_added.add(id(app))
+        owners = {name: "agentfly" for name in _command_names(app)}
         for implementation in self.manager.hook.register_commands.get_hookimpls():
             info = self.plugin(implementation.plugin_name)
+            commands, groups = len(app.registered_commands), len(app.registered_groups)
             try:
-                implementation.function(app=app)
-            except Exception as exc:
+                _call_hook(implementation, app=app)
+            except (Exception, SystemExit) as exc:
                 info.hook_errors["register_commands"] = _describe(exc)
+                del app.registered_commands[commands:], app.registered_groups[groups:]
+                continue
+            clashes = []
+            for registered in (app.registered_commands, app.registered_groups):
+                start = commands if registered is app.registered_commands else groups
+                for item in list(registered[start:]):
+                    name = _command_name(item)
+                    if name in owners:
+                        registered.remove(item)
+                        clashes.append(f"command '{name}' is already provided by {owners[name]}")
+                    else:
+                        owners[name] = f"plugin '{info.name}'"
+            if clashes:
+                info.hook_errors["register_commands"] = "; ".join(clashes)
+
+
+def _command_name(item: Any) -> str:
+    """The name a Typer command or group is invoked by."""
+    if getattr(item, "name", None):
+        return item.name
+    typer_instance = getattr(item, "typer_instance", None)
+    if typer_instance is not None and isinstance(getattr(typer_instance.info, "name", None), str):
+        return typer_instance.info.name
+    callback = getattr(item, "callback", None)
+    return getattr(callback, "__name__", "?").replace("_", "-")
+
+
+def _command_names(app: Any) -> list[str]:
+    return [_command_name(item) for item in (*app.registered_commands, *app.registered_groups)]
+
+
+def _call_hook(implementation: Any, **arguments: Any) -> Any:
+    """Call one plugin's hook with the arguments it declares (pluggy allows a subset)."""
+    accepted = set(implementation.argnames) | set(getattr(implementation, "kwargnames", ()))
+    return implementation.function(**{k: v for k, v in arguments.items() if k in accepted})
 
 
 def _describe(exc: BaseException) -> str:
@@ -221,10 +262,10 @@ def _run_register_hooks(host: PluginHost) -> None:
         for implementation in getattr(host.manager.hook, hook_name).get_hookimpls():
             info = host.plugin(implementation.plugin_name)
             staged: list[Entry] = []
-            register = _REGISTER_FACTORIES[kind](staged, info.provenance)
+            register = _REGISTER_FACTORIES[kind](staged, info.provenance, implementation.plugin)
             try:
-                implementation.function(register=register)
-            except Exception as exc:
+                _call_hook(implementation, register=register)
+            except (Exception, SystemExit) as exc:
                 info.hook_errors[hook_name] = _describe(exc)
                 continue
             conflicts = []
@@ -237,7 +278,7 @@ def _run_register_hooks(host: PluginHost) -> None:
                 info.hook_errors[hook_name] = "; ".join(conflicts)
 
 
-def _tool_register(staged: list[Entry], provenance: Provenance) -> Callable[..., None]:
+def _tool_register(staged: list[Entry], provenance: Provenance, _: Any) -> Callable[..., None]:
     from agentfly_cli.tools import Tool
 
     def register(obj: Any, name: str | None = None) -> None:
@@ -255,7 +296,7 @@ def _tool_register(staged: list[Entry], provenance: Provenance) -> Callable[...,
     return register
 
 
-def _reward_register(staged: list[Entry], provenance: Provenance) -> Callable[..., None]:
+def _reward_register(staged: list[Entry], provenance: Provenance, _: Any) -> Callable[..., None]:
     from agentfly_cli.rewards import Reward
 
     def register(obj: Any, name: str | None = None) -> None:
@@ -270,7 +311,7 @@ def _reward_register(staged: list[Entry], provenance: Provenance) -> Callable[..
     return register
 
 
-def _env_register(staged: list[Entry], provenance: Provenance) -> Callable[..., None]:
+def _env_register(staged: list[Entry], provenance: Provenance, _: Any) -> Callable[..., None]:
     from agentfly_cli.envs.base import EnvSpec
 
     def register(spec: EnvSpec) -> None:
@@ -281,17 +322,24 @@ def _env_register(staged: list[Entry], provenance: Provenance) -> Callable[..., 
     return register
 
 
-def _recipe_register(staged: list[Entry], provenance: Provenance) -> Callable[..., None]:
+def _recipe_register(
+    staged: list[Entry], provenance: Provenance, plugin: Any
+) -> Callable[..., None]:
+    module_file = getattr(plugin, "__file__", None)
+    base = os.path.dirname(os.path.abspath(module_file)) if module_file else os.getcwd()
+
     def register(name: str, path: Any, description: str = "") -> None:
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"recipe '{name}': no file at {path}")
-        recipe = RecipeRef(name, os.fspath(path), description)
+        """A relative ``path`` is relative to the plugin module's folder."""
+        full = os.path.join(base, os.fspath(path))
+        if not os.path.isfile(full):
+            raise FileNotFoundError(f"recipe '{name}': no file at {full}")
+        recipe = RecipeRef(name, full, description)
         staged.append(Entry("recipes", name, recipe, provenance, description))
 
     return register
 
 
-def _backend_register(staged: list[Entry], provenance: Provenance) -> Callable[..., None]:
+def _backend_register(staged: list[Entry], provenance: Provenance, _: Any) -> Callable[..., None]:
     def register(name: str, factory: Any, description: str = "") -> None:
         if not callable(factory):
             raise TypeError(f"backend '{name}': factory must be callable")
@@ -328,3 +376,10 @@ def reset_plugin_host() -> None:
     global _host
     with _host_lock:
         _host = None
+
+
+def set_plugin_host(host: PluginHost) -> None:
+    """Use ``host`` as the process-wide plugin host (tests and embedding applications)."""
+    global _host
+    with _host_lock:
+        _host = host

@@ -117,6 +117,11 @@ class Registry:
 
 
 def conflict_message(singular: str, name: str, first: Entry, second: Entry) -> str:
+    if first.provenance == second.provenance:
+        return (
+            f"{singular} '{name}' is registered twice by {first.provenance.describe()}; "
+            "register each name once"
+        )
     return (
         f"{singular} '{name}' is registered by both {first.provenance.describe()} and "
         f"{second.provenance.describe()}; rename one of them or uninstall one plugin"

@@ -11,20 +11,22 @@ zero or aborts is the reward's ``on_error`` policy.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import math
-import os
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from agentfly_cli import settings
 from agentfly_cli.errors import RewardError
 from agentfly_cli.execution import call_with_timeout, is_async_callable
 
 __all__ = ["CombinedReward", "Reward", "RewardDefinitionError", "RewardResult", "reward"]
 
-DEFAULT_REWARD_TIMEOUT = float(os.environ.get("AGENTFLY_REWARD_TIMEOUT", 60.0))
+REWARD_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 PREDICTION = "prediction"
 TRAJECTORY = "trajectory"
 OnError = Literal["zero", "raise"]
@@ -62,7 +64,7 @@ class Reward:
         *,
         name: str | None = None,
         description: str | None = None,
-        timeout: float | None = DEFAULT_REWARD_TIMEOUT,
+        timeout: float | None | Literal["default"] = "default",
         on_error: OnError = "zero",
     ) -> None:
         if not callable(func):
@@ -70,10 +72,17 @@ class Reward:
         if on_error not in ("zero", "raise"):
             raise RewardDefinitionError(f"on_error must be 'zero' or 'raise', got {on_error!r}")
         self.func = func
-        self.name = name or getattr(func, "__name__", "") or "reward"
+        self.name = name if name is not None else getattr(func, "__name__", "")
+        if not REWARD_NAME.match(self.name):
+            raise RewardDefinitionError(
+                f"reward name {self.name!r} is not valid; pass name=... with 1-64 letters, "
+                "digits, '_', '-' or '.'"
+            )
         doc = inspect.getdoc(func) or ""
         self.description = description or (doc.strip().splitlines() or [""])[0]
-        self.timeout = timeout
+        self.timeout = settings.reward_timeout() if timeout == "default" else timeout
+        if self.timeout is not None and self.timeout <= 0:
+            raise RewardDefinitionError(f"reward '{self.name}': timeout must be > 0 or None")
         self.on_error: OnError = on_error
         self._is_async = is_async_callable(func)
         parameters = inspect.signature(func).parameters
@@ -173,8 +182,9 @@ class Reward:
     def _coerce(self, value: Any) -> RewardResult:
         extras: dict[str, Any] = {}
         if isinstance(value, RewardResult):
-            value.name = value.name or self.name
-            return value
+            if not math.isfinite(value.reward):
+                raise ValueError(f"returned a non-finite reward ({value.reward})")
+            return dataclasses.replace(value, name=value.name or self.name)
         if isinstance(value, Mapping):
             if "reward" not in value:
                 keys = ", ".join(map(str, value)) or "none"

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import functools
 import inspect
 import json
-import os
+import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -22,6 +23,7 @@ from typing import Any, Literal, overload
 import pydantic
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
+from agentfly_cli import settings
 from agentfly_cli.execution import call_with_timeout, is_async_callable
 from agentfly_cli.schema import (
     ArgumentsSpec,
@@ -31,8 +33,6 @@ from agentfly_cli.schema import (
 )
 
 __all__ = [
-    "DEFAULT_MAX_OBSERVATION_CHARS",
-    "DEFAULT_TOOL_TIMEOUT",
     "Tool",
     "ToolDefinitionError",
     "ToolErrorKind",
@@ -41,9 +41,9 @@ __all__ = [
     "truncate_observation",
 ]
 
-DEFAULT_TOOL_TIMEOUT = float(os.environ.get("AGENTFLY_TOOL_TIMEOUT", 30.0))
-DEFAULT_MAX_OBSERVATION_CHARS = int(os.environ.get("AGENTFLY_MAX_OBSERVATION_CHARS", 8192))
 ENV_PARAMETER = "env"
+TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what OpenAI-style function calling accepts
+Default = Literal["default"]
 
 
 class ToolErrorKind:
@@ -115,25 +115,35 @@ class Tool:
         description: str | None = None,
         terminal: bool = False,
         env: str | None = None,
-        timeout: float | None = DEFAULT_TOOL_TIMEOUT,
-        max_observation_chars: int | None = DEFAULT_MAX_OBSERVATION_CHARS,
+        timeout: float | None | Default = "default",
+        max_observation_chars: int | None | Default = "default",
     ) -> None:
         if not callable(func):
             raise ToolDefinitionError(f"@tool needs a function, got {type(func).__name__}")
         self.func = func
-        self.name = name if name is not None else getattr(func, "__name__", "")
-        if not _is_tool_name(self.name):
+        if name is None:
+            name = getattr(func, "__name__", None)
+            if name is None:
+                raise ToolDefinitionError(
+                    f"cannot name a tool made from a {type(func).__name__}; pass name=..."
+                )
+        self.name = name
+        if not TOOL_NAME.match(self.name):
             raise ToolDefinitionError(
-                f"tool name {self.name!r} is not valid; use letters, digits, '_' or '-'"
+                f"tool name {self.name!r} is not valid; use 1-64 letters, digits, '_' or '-'"
             )
-        if timeout is not None and timeout <= 0:
+        self.timeout = settings.tool_timeout() if timeout == "default" else timeout
+        if self.timeout is not None and self.timeout <= 0:
             raise ToolDefinitionError(f"tool '{self.name}': timeout must be > 0 or None")
+        self.max_observation_chars = (
+            settings.max_observation_chars()
+            if max_observation_chars == "default"
+            else max_observation_chars
+        )
         self.terminal = terminal
         self.env = env
-        self.timeout = timeout
-        self.max_observation_chars = max_observation_chars
         parameters = list(inspect.signature(func).parameters)
-        self.is_method = bool(parameters) and parameters[0] in ("self", "cls")
+        self.is_method = bool(parameters) and parameters[0] == "self"
         skip = set(parameters[:1]) if self.is_method else set()
         if env is not None:
             if ENV_PARAMETER not in parameters:
@@ -222,8 +232,8 @@ class Tool:
         arguments: Mapping[str, Any] | str | None = None,
         *,
         env: Any = None,
-        timeout: float | None | Literal["default"] = "default",
-        max_observation_chars: int | None | Literal["default"] = "default",
+        timeout: float | None | Default = "default",
+        max_observation_chars: int | None | Default = "default",
     ) -> ToolResult:
         """Validate ``arguments`` (a dict or a JSON object string) and run the tool."""
         if not self.is_bound:
@@ -297,9 +307,10 @@ class Tool:
                 ToolErrorKind.EXCEPTION,
                 exception=type(exc).__name__,
             )
-        if isinstance(value, ToolResult):
-            value.terminal = value.terminal or self.terminal
-            return value
+        if isinstance(value, ToolResult):  # a copy: the tool may reuse its result object
+            return dataclasses.replace(
+                value, info=dict(value.info), terminal=value.terminal or self.terminal
+            )
         try:
             observation = _render_observation(value)
         except (PydanticSerializationError, TypeError, ValueError) as exc:
@@ -309,10 +320,6 @@ class Tool:
                 ToolErrorKind.BAD_RETURN,
             )
         return ToolResult(observation, "ok", {}, terminal=self.terminal)
-
-
-def _is_tool_name(name: str) -> bool:
-    return bool(name) and all(ch.isalnum() or ch in "_-." for ch in name)
 
 
 @overload
@@ -328,8 +335,8 @@ def tool(
     description: str | None = None,
     terminal: bool = False,
     env: str | None = None,
-    timeout: float | None = DEFAULT_TOOL_TIMEOUT,
-    max_observation_chars: int | None = DEFAULT_MAX_OBSERVATION_CHARS,
+    timeout: float | None | Default = "default",
+    max_observation_chars: int | None | Default = "default",
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -338,7 +345,8 @@ def tool(func=None, /, **options):
 
     Options: ``name``, ``description`` (default: the docstring summary), ``terminal`` (a call
     ends the episode), ``env`` (the environment the tool needs; it arrives as the ``env``
-    argument), ``timeout`` in seconds and ``max_observation_chars``.
+    argument), ``timeout`` in seconds and ``max_observation_chars`` (``None``: no limit;
+    defaults: ``AGENTFLY_TOOL_TIMEOUT``, 30 s, and ``AGENTFLY_MAX_OBSERVATION_CHARS``, 8192).
     """
     if func is not None:
         return Tool(func, **options)

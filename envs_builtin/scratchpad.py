@@ -39,7 +39,7 @@ class ScratchpadEnv(BaseEnv):
             key = str(action["key"])
             if key not in self.notes:
                 known = ", ".join(sorted(self.notes)) or "none yet"
-                raise KeyError(f"no note named '{key}'; notes: {known}")
+                raise LookupError(f"no note named '{key}'; notes: {known}")
             return self.notes[key]
         if op == "list":
             return "\n".join(sorted(self.notes)) or "(no notes)"

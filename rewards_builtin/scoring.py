@@ -76,6 +76,26 @@ def qa_f1_score(prediction: str, gold: Any) -> dict[str, float]:
     return best
 
 
+# Prose has words of two or more letters; LaTeX commands (\\pi, \\frac) and variables do not count.
+_WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}")
+
+
+def _parse_prediction(prediction: str, parse: Any) -> list[Any]:
+    """Parse a model's answer: bare math (``2\\pi``, ``2x+1``) as a whole expression, prose
+    ("The answer is 42") with math-verify's own extraction.
+
+    Without this, math-verify reads the bare ``2\\pi`` as just ``2``, a false match for gold 2.
+    """
+    text = str(prediction).strip()
+    if not text:
+        return []
+    if not any(d in text for d in _LATEX_DELIMS) and not _WORD.search(text):
+        parsed = parse(f"${text}$", parsing_timeout=None)
+        if parsed:
+            return parsed
+    return parse(text, parsing_timeout=None)
+
+
 def _parse_gold(gold: Any, parse: Any) -> list[Any]:
     """Parse one gold answer with math-verify.
 
@@ -113,7 +133,7 @@ def math_equal_score(prediction: str, gold: Any) -> float:
         logging.getLogger(module).setLevel(logging.ERROR)
 
     try:
-        pred_parsed = parse(str(prediction), parsing_timeout=None)
+        pred_parsed = _parse_prediction(prediction, parse)
         if not pred_parsed:
             return 0.0
         for g in _as_list(gold):

@@ -174,8 +174,8 @@ def test_rewards_call():
     )
     payload = json.loads(result.stdout)
     assert payload["reward"] == pytest.approx(0.8) and payload["failed"] is False
-    missing = agentfly("rewards", "call", "exact_match", "-p", "1")
-    assert missing.exit_code == 1 and "needs dataset field(s) 'answer'" in missing.stdout
+    missing = one_line_error(agentfly("rewards", "call", "exact_match", "-p", "1"))
+    assert "needs dataset field(s) answer" in missing and "--fields" in missing
     assert "--fields is not valid JSON" in one_line_error(
         agentfly("rewards", "call", "exact_match", "-p", "1", "-f", "{")
     )
@@ -216,3 +216,89 @@ def test_no_plugins_loaded(monkeypatch):
 def test_usage_errors_exit_2():
     assert agentfly("tools", "call").exit_code == 2
     assert agentfly("tools", "frobnicate").exit_code == 2
+
+
+USER_FILE = """
+from agentfly_cli import reward, tool
+
+
+class Toolbox:
+    @tool
+    def look(self) -> str:
+        return "inside"
+
+
+toolbox = Toolbox()
+
+
+@reward(on_error="raise")
+def strict(prediction):
+    raise ValueError("gold is malformed")
+
+
+@reward
+def lenient(prediction, answer):
+    return float(prediction == answer)
+"""
+
+
+@pytest.fixture
+def user_module(tmp_path, monkeypatch):
+    (tmp_path / "user_components.py").write_text(USER_FILE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.path", [p for p in __import__("sys").path if p not in ("", ".")])
+    yield "user_components"
+    __import__("sys").modules.pop("user_components", None)
+
+
+def test_module_specs_are_found_in_the_current_directory(user_module):
+    result = agentfly("tools", "call", f"{user_module}:toolbox.look")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "inside\n"
+
+
+def test_wrong_kind_and_unbound_specs_are_user_errors(user_module):
+    unbound = one_line_error(agentfly("tools", "call", f"{user_module}:Toolbox.look"))
+    assert "method tool read from its class" in unbound
+    reward_as_tool = one_line_error(agentfly("tools", "call", f"{user_module}:lenient"))
+    assert "is a reward, not a tool" in reward_as_tool
+    tool_as_reward = one_line_error(
+        agentfly("rewards", "call", f"{user_module}:toolbox.look", "-p", "x")
+    )
+    assert "is a tool, not a reward" in tool_as_reward
+
+
+def test_raising_reward_is_a_failed_score_not_a_crash(user_module):
+    result = agentfly("rewards", "call", f"{user_module}:strict", "-p", "x", "--json")
+    assert result.exit_code == 1
+    payload = json.loads(result.stdout)
+    assert payload["failed"] and "gold is malformed" in payload["error"]
+
+
+def test_every_group_without_a_command_shows_help():
+    for group in ("tools", "rewards", "envs", "recipes"):
+        result = agentfly(group)
+        assert "Usage" in result.output and "list" in result.output, group
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "fragment"),
+    [
+        ("AGENTFLY_TOOL_TIMEOUT", "abc", "a positive number of seconds or 'none'"),
+        ("AGENTFLY_TOOL_TIMEOUT", "-1", "AGENTFLY_TOOL_TIMEOUT must be"),
+        ("AGENTFLY_WORKER_THREADS", "x", "AGENTFLY_WORKER_THREADS must be a positive integer"),
+        ("AGENTFLY_MAX_OBSERVATION_CHARS", "0", "positive integer"),
+    ],
+)
+def test_bad_settings_are_one_line_errors(monkeypatch, variable, value, fragment):
+    monkeypatch.setenv(variable, value)
+    assert fragment in one_line_error(agentfly("tools", "list"))
+
+
+def test_no_timeout_setting(monkeypatch):
+    from agentfly_cli import tool
+
+    monkeypatch.setenv("AGENTFLY_TOOL_TIMEOUT", "none")
+    assert tool(lambda: 1, name="t").timeout is None
+    monkeypatch.setenv("AGENTFLY_TOOL_TIMEOUT", "2.5")
+    assert tool(lambda: 1, name="t").timeout == 2.5

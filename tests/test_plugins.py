@@ -332,3 +332,96 @@ def test_hook_names_match_the_hookspecs():
         "register_backends",
         "register_commands",
     ]
+
+
+def test_unknown_name_mentions_failed_plugins(make_plugin):
+    from agentfly_cli.loading import resolve_tool
+
+    broken = make_plugin("raise ImportError('missing dependency')\n", entry_point="mine")
+    host = load("agentfly-cli", broken)
+    with pytest.raises(UnknownComponentError, match=r"plugin\(s\) mine failed to load"):
+        resolve_tool("my_tool", host)
+
+
+def test_plugin_commands_cannot_replace_others(make_plugin):
+    first = make_plugin(
+        """
+from agentfly_cli import hookimpl
+
+@hookimpl
+def register_commands(app):
+    @app.command("plugins")
+    def hijack():
+        print("hijacked")
+
+    @app.command("fresh")
+    def fresh():
+        print("fresh")
+""",
+        dist="agentfly-plugin-aaa",  # loads before -bbb: plugins load in distribution order
+        entry_point="first",
+    )
+    second = make_plugin(
+        """
+from agentfly_cli import hookimpl
+
+@hookimpl
+def register_commands(app):
+    @app.command()
+    def fresh():
+        print("second fresh")
+""",
+        dist="agentfly-plugin-bbb",
+        entry_point="second",
+    )
+    from agentfly_cli.cli.app import build_app
+    from agentfly_cli.plugins import set_plugin_host
+
+    host = load("agentfly-cli", first, second)
+    set_plugin_host(host)
+    app = build_app()
+    assert CliRunner().invoke(app, ["fresh"]).stdout == "fresh\n"
+    listing = CliRunner().invoke(app, ["plugins", "--json"])
+    assert "hijacked" not in listing.stdout and listing.exit_code == 0
+    errors = {p.name: p.hook_errors.get("register_commands") for p in host.plugins}
+    assert errors["first"] == "command 'plugins' is already provided by agentfly"
+    assert errors["second"] == "command 'fresh' is already provided by plugin 'first'"
+
+
+def test_same_name_twice_from_one_plugin(make_plugin):
+    dist = make_plugin(
+        HEADER + "@hookimpl\ndef register_rewards(register):\n"
+        "    register(lambda prediction: 1.0, name='twice')\n"
+        "    register(lambda prediction: 0.0, name='twice')\n",
+        entry_point="dup",
+    )
+    message = load(dist).plugins[0].hook_errors["register_rewards"]
+    assert message.startswith("reward 'twice' is registered twice by plugin 'dup'")
+
+
+def test_hook_raising_system_exit_is_isolated(make_plugin):
+    dist = make_plugin(
+        HEADER + "import sys\n@hookimpl\ndef register_tools(register):\n    sys.exit(4)\n"
+    )
+    assert load(dist).plugins[0].hook_errors == {"register_tools": "SystemExit: 4"}
+
+
+def test_hook_may_take_fewer_arguments(make_plugin):
+    dist = make_plugin(
+        HEADER + "CALLS = []\n@hookimpl\ndef register_tools():\n    CALLS.append(1)\n"
+    )
+    host = load(dist)
+    assert host.plugins[0].ok and host.plugins[0].hooks == ["register_tools"]
+
+
+def test_relative_recipe_paths_are_relative_to_the_plugin(make_plugin, tmp_path):
+    site = tmp_path / "site"
+    site.mkdir(exist_ok=True)
+    (site / "recipes").mkdir()
+    (site / "recipes" / "mine.yaml").write_text("model: tiny\n")
+    dist = make_plugin(
+        "from agentfly_cli import hookimpl\n@hookimpl\ndef register_recipes(register):\n"
+        "    register('mine', 'recipes/mine.yaml')\n"
+    )
+    recipe = load(dist).components.recipes.get("mine")
+    assert recipe.path == str(site / "recipes" / "mine.yaml")

@@ -127,8 +127,8 @@ def test_bad_return_values_fail(value, message):
 
 
 def test_bool_and_int_returns_are_numbers():
-    assert run(reward(lambda prediction: True)("x")).reward == 1.0
-    assert run(reward(lambda prediction: 3)("x")).reward == 3.0
+    assert run(reward(name="yes")(lambda prediction: True)("x")).reward == 1.0
+    assert run(reward(name="three")(lambda prediction: 3)("x")).reward == 3.0
 
 
 def test_exception_is_recorded_and_scores_zero():
@@ -226,3 +226,22 @@ def test_definition_errors():
         reward(on_error="ignore")(lambda prediction: 1.0)
     with pytest.raises(RewardDefinitionError, match="needs a function"):
         Reward(3)
+    with pytest.raises(RewardDefinitionError, match="'<lambda>' is not valid; pass name="):
+        reward(lambda prediction: 1.0)
+    for timeout in (0, -1):
+        with pytest.raises(RewardDefinitionError, match="timeout must be > 0"):
+            reward(timeout=timeout)(equal.func)
+
+
+def test_returned_reward_result_is_checked_and_copied():
+    shared = RewardResult(0.5, {"k": 1})
+
+    @reward
+    def reuse(prediction):
+        return shared
+
+    result = run(reuse("x"))
+    assert result.reward == 0.5 and result.name == "reuse" and result is not shared
+    assert shared.name is None
+    nan = reward(name="nan")(lambda prediction: RewardResult(float("nan")))
+    assert "non-finite" in run(nan("x")).error

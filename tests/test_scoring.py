@@ -114,6 +114,13 @@ def test_qa_f1_score_takes_best_gold():
 
 
 MATH_CASES = [
+    # bare LaTeX and algebra in the prediction are whole expressions, not their first number
+    ("2\\pi", 2, 0.0),
+    ("2\\pi", "2\\pi", 1.0),
+    ("2x+1", 2, 0.0),
+    ("x^2+1", "x^2+1", 1.0),
+    ("\\sqrt{2}", "\\sqrt{2}", 1.0),
+    ("The answer is 2", 2, 1.0),
     ("\\frac{1}{2}", "0.5", 1.0),
     ("0.5", "\\frac{1}{2}", 1.0),
     ("1/2", "0.5", 1.0),

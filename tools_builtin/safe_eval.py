@@ -20,6 +20,7 @@ import ast
 import decimal
 import math
 import operator
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -230,7 +231,9 @@ def _parse(expression: str) -> ast.expr:
     if text.startswith("="):
         raise CalculatorError("a leading '=' is not allowed; write only the expression, e.g. 2+2")
     try:
-        tree = ast.parse(text.replace("^", "**"), mode="eval")
+        with warnings.catch_warnings():  # e.g. "1if": a SyntaxWarning the user need not see
+            warnings.simplefilter("ignore", SyntaxWarning)
+            tree = ast.parse(text.replace("^", "**"), mode="eval")
     except (SyntaxError, ValueError) as exc:  # ValueError: null bytes on Python 3.10/3.11
         shown = repr(text if len(text) <= 60 else text[:57] + "...")
         offset = getattr(exc, "offset", None)

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import typer
 
-from agentfly_cli import __version__
+from agentfly_cli import __version__, settings
 from agentfly_cli.cli import envs_cmd, plugins_cmd, recipes_cmd, rewards_cmd, tools_cmd
+from agentfly_cli.cli.output import handle_errors
 from agentfly_cli.plugins import get_plugin_host
 
 
@@ -29,6 +30,7 @@ def build_app(*, with_plugin_commands: bool = True) -> typer.Typer:
     )
 
     @app.callback()
+    @handle_errors
     def root(
         version: bool = typer.Option(
             False,
@@ -39,6 +41,7 @@ def build_app(*, with_plugin_commands: bool = True) -> typer.Typer:
         ),
     ) -> None:
         """Train LM agents with reinforcement learning on multi-turn tool use."""
+        settings.check_environment()
 
     app.command("plugins")(plugins_cmd.plugins)
     app.add_typer(tools_cmd.app, name="tools")

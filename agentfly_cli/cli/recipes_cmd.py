@@ -7,7 +7,9 @@ import typer
 from agentfly_cli.cli.common import conflict_of, host_with_warnings, provenance_fields
 from agentfly_cli.cli.output import JSON_OPTION, handle_errors, print_json, stdout_console, table
 
-app = typer.Typer(help="List recipes (YAML training and rollout configurations).")
+app = typer.Typer(
+    help="List recipes (YAML training and rollout configurations).", no_args_is_help=True
+)
 
 
 @app.command("list")

@@ -17,8 +17,9 @@ from agentfly_cli.cli.output import (
     stdout_console,
     table,
 )
-from agentfly_cli.errors import UserError
+from agentfly_cli.errors import RewardError, UserError
 from agentfly_cli.loading import resolve_reward
+from agentfly_cli.rewards import RewardResult
 
 app = typer.Typer(help="List and try rewards.", no_args_is_help=True)
 
@@ -68,7 +69,7 @@ def call_reward(
     ),
     as_json: bool = JSON_OPTION,
 ) -> None:
-    """Score one answer against dataset fields (exit 1 if the reward fails)."""
+    """Score one answer against dataset fields (exit 1 if the reward fails, 2 on bad input)."""
     component = resolve_reward(name)
     try:
         row = json.loads(fields)
@@ -76,7 +77,16 @@ def call_reward(
         raise UserError(f"--fields is not valid JSON ({exc.msg} at position {exc.pos})") from None
     if not isinstance(row, dict):
         raise UserError('--fields must be a JSON object like \'{"answer": "42"}\'')
-    result = asyncio.run(component.score(prediction, None, row))
+    missing = [name for name in component.fields if name not in row]
+    if missing:
+        raise UserError(
+            f"reward '{component.name}' needs dataset field(s) {', '.join(missing)}; pass them "
+            f"with --fields '{{\"{missing[0]}\": ...}}'"
+        )
+    try:
+        result = asyncio.run(component.score(prediction, None, row))
+    except RewardError as exc:  # on_error="raise": still a failed score, not a crash
+        result = RewardResult(0.0, {}, component.name, failed=True, error=str(exc))
     if as_json:
         print_json(result.to_dict())
     else:

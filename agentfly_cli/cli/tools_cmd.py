@@ -111,7 +111,10 @@ def call_tool(
     timeout: float | None = typer.Option(None, "--timeout", help="Seconds; default: the tool's."),
     as_json: bool = JSON_OPTION,
 ) -> None:
-    """Run a tool once and print its result (exit 1 if the tool returns an error)."""
+    """Run a tool once and print its result.
+
+    Exit code 1 when the tool returns an error; 2 for bad input (including invalid arguments).
+    """
     component = resolve_tool(name)
     arguments = _json_object(args, "--args")
     task_row = _json_object(task, "--task")

@@ -50,8 +50,9 @@ def unit_convert(value: float, from_unit: Unit, to_unit: Unit) -> str:
 
 @reward
 def contains_answer(prediction: str, answer: str) -> float:
-    """1.0 when the gold answer appears in the final answer, ignoring case."""
-    return 1.0 if str(answer).strip().lower() in str(prediction).lower() else 0.0
+    """1.0 when the (non-empty) gold answer appears in the final answer, ignoring case."""
+    gold = str(answer).strip().lower()
+    return 1.0 if gold and gold in str(prediction).lower() else 0.0
 
 
 @hookimpl
