@@ -110,8 +110,10 @@ class PluginHost:
                 del app.registered_commands[commands:], app.registered_groups[groups:]
                 continue
             clashes = []
-            for registered in (app.registered_commands, app.registered_groups):
-                start = commands if registered is app.registered_commands else groups
+            for registered, start in (
+                (app.registered_commands, commands),
+                (app.registered_groups, groups),
+            ):
                 for item in list(registered[start:]):
                     name = _command_name(item)
                     if name in owners:

@@ -142,7 +142,10 @@ class Tool:
         )
         self.terminal = terminal
         self.env = env
-        parameters = list(inspect.signature(func).parameters)
+        try:
+            parameters = list(inspect.signature(func).parameters)
+        except (TypeError, ValueError) as exc:
+            raise ToolDefinitionError(f"tool '{self.name}': cannot read its signature") from exc
         self.is_method = bool(parameters) and parameters[0] == "self"
         skip = set(parameters[:1]) if self.is_method else set()
         if env is not None:
