@@ -77,7 +77,7 @@ def call_reward(
         raise UserError(f"--fields is not valid JSON ({exc.msg} at position {exc.pos})") from None
     if not isinstance(row, dict):
         raise UserError('--fields must be a JSON object like \'{"answer": "42"}\'')
-    missing = [name for name in component.fields if name not in row]
+    missing = [field for field in component.fields if field not in row]
     if missing:
         raise UserError(
             f"reward '{component.name}' needs dataset field(s) {', '.join(missing)}; pass them "
