@@ -8,7 +8,6 @@ loads only those distributions; an empty value loads none.
 
 from __future__ import annotations
 
-import copy
 import difflib
 import importlib.metadata
 import os
@@ -23,6 +22,8 @@ import pluggy
 from agentfly_cli import hookspecs
 from agentfly_cli.errors import ComponentConflictError
 from agentfly_cli.registry import BackendRef, Components, Entry, Provenance, RecipeRef
+from agentfly_cli.rewards import Reward
+from agentfly_cli.tools import Tool
 
 ENTRY_POINT_GROUP = "agentfly"
 BUILTIN_DISTRIBUTION = "agentfly-cli"
@@ -280,37 +281,25 @@ def _run_register_hooks(host: PluginHost) -> None:
                 info.hook_errors[hook_name] = "; ".join(conflicts)
 
 
-def _tool_register(staged: list[Entry], provenance: Provenance, _: Any) -> Callable[..., None]:
-    from agentfly_cli.tools import Tool
+def _callable_register(kind: str, component_class: type) -> Callable[..., Callable[..., None]]:
+    """The ``register(obj, name=None)`` of tools or rewards: a plain function gets wrapped."""
 
-    def register(obj: Any, name: str | None = None) -> None:
-        component = obj if isinstance(obj, Tool) else Tool(obj, name=name)
-        if not component.is_bound:
-            raise TypeError(
-                f"tool '{component.name}' is an unbound method; register an instance's tool, "
-                f"e.g. register(MyToolbox().{component.name})"
-            )
-        if name and name != component.name:
-            component = copy.copy(component)
-            component.name = name
-        staged.append(Entry("tools", component.name, component, provenance, component.description))
+    def factory(staged: list[Entry], provenance: Provenance, _: Any) -> Callable[..., None]:
+        def register(obj: Any, name: str | None = None) -> None:
+            if not isinstance(obj, component_class):
+                component = component_class(obj, name=name)
+            else:
+                component = obj if name is None else obj.with_name(name)
+            if not getattr(component, "is_bound", True):
+                raise TypeError(
+                    f"tool '{component.name}' is an unbound method; register an instance's "
+                    f"tool, e.g. register(MyToolbox().{component.name})"
+                )
+            staged.append(Entry(kind, component.name, component, provenance, component.description))
 
-    return register
+        return register
 
-
-def _reward_register(staged: list[Entry], provenance: Provenance, _: Any) -> Callable[..., None]:
-    from agentfly_cli.rewards import Reward
-
-    def register(obj: Any, name: str | None = None) -> None:
-        component = obj if isinstance(obj, Reward) else Reward(obj, name=name)
-        if name and name != component.name:
-            component = copy.copy(component)
-            component.name = name
-        staged.append(
-            Entry("rewards", component.name, component, provenance, component.description)
-        )
-
-    return register
+    return factory
 
 
 def _env_register(staged: list[Entry], provenance: Provenance, _: Any) -> Callable[..., None]:
@@ -352,8 +341,8 @@ def _backend_register(staged: list[Entry], provenance: Provenance, _: Any) -> Ca
 
 
 _REGISTER_FACTORIES = {
-    "tools": _tool_register,
-    "rewards": _reward_register,
+    "tools": _callable_register("tools", Tool),
+    "rewards": _callable_register("rewards", Reward),
     "envs": _env_register,
     "recipes": _recipe_register,
     "backends": _backend_register,

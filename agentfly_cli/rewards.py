@@ -11,6 +11,7 @@ zero or aborts is the reward's ``on_error`` policy.
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 import inspect
 import math
@@ -55,6 +56,15 @@ class RewardResult:
         return asdict(self)
 
 
+def _checked_reward_name(name: str) -> str:
+    if not REWARD_NAME.match(name):
+        raise RewardDefinitionError(
+            f"reward name {name!r} is not valid; pass name=... with 1-64 letters, digits, "
+            "'_', '-' or '.'"
+        )
+    return name
+
+
 class Reward:
     """A scoring function. Create one with :func:`reward`."""
 
@@ -72,12 +82,9 @@ class Reward:
         if on_error not in ("zero", "raise"):
             raise RewardDefinitionError(f"on_error must be 'zero' or 'raise', got {on_error!r}")
         self.func = func
-        self.name = name if name is not None else getattr(func, "__name__", "")
-        if not REWARD_NAME.match(self.name):
-            raise RewardDefinitionError(
-                f"reward name {self.name!r} is not valid; pass name=... with 1-64 letters, "
-                "digits, '_', '-' or '.'"
-            )
+        self.name = _checked_reward_name(
+            name if name is not None else getattr(func, "__name__", "")
+        )
         doc = inspect.getdoc(func) or ""
         self.description = description or (doc.strip().splitlines() or [""])[0]
         self.timeout = settings.reward_timeout() if timeout == "default" else timeout
@@ -108,6 +115,12 @@ class Reward:
         self._field_parameters = {p.name: p for p in named if p.name not in reserved}
         self.__doc__ = func.__doc__
         self.__wrapped__ = func
+
+    def with_name(self, name: str) -> Reward:
+        """A copy of this reward under another (validated) name."""
+        renamed = copy.copy(self)
+        renamed.name = _checked_reward_name(name)
+        return renamed
 
     @property
     def fields(self) -> list[str]:

@@ -127,11 +127,7 @@ class Tool:
                 raise ToolDefinitionError(
                     f"cannot name a tool made from a {type(func).__name__}; pass name=..."
                 )
-        self.name = name
-        if not TOOL_NAME.match(self.name):
-            raise ToolDefinitionError(
-                f"tool name {self.name!r} is not valid; use 1-64 letters, digits, '_' or '-'"
-            )
+        self.name = _checked_tool_name(name)
         self.timeout = settings.tool_timeout() if timeout == "default" else timeout
         if self.timeout is not None and self.timeout <= 0:
             raise ToolDefinitionError(f"tool '{self.name}': timeout must be > 0 or None")
@@ -199,6 +195,12 @@ class Tool:
                 kind = "|".join(kind)
             parts.append(f"{argument}: {kind}" + ("" if argument in required else " (optional)"))
         return ", ".join(parts)
+
+    def with_name(self, name: str) -> Tool:
+        """A copy of this tool under another (validated) name."""
+        renamed = copy.copy(self)
+        renamed.name = _checked_tool_name(name)
+        return renamed
 
     def __repr__(self) -> str:
         bound = "" if self.is_bound else " unbound"
@@ -323,6 +325,14 @@ class Tool:
                 ToolErrorKind.BAD_RETURN,
             )
         return ToolResult(observation, "ok", {}, terminal=self.terminal)
+
+
+def _checked_tool_name(name: str) -> str:
+    if not TOOL_NAME.match(name):
+        raise ToolDefinitionError(
+            f"tool name {name!r} is not valid; use 1-64 letters, digits, '_' or '-'"
+        )
+    return name
 
 
 @overload

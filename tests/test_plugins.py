@@ -425,3 +425,30 @@ def test_relative_recipe_paths_are_relative_to_the_plugin(make_plugin, tmp_path)
     )
     recipe = load(dist).components.recipes.get("mine")
     assert recipe.path == str(site / "recipes" / "mine.yaml")
+
+
+def test_renaming_on_register_validates_the_name(make_plugin):
+    dist = make_plugin(
+        HEADER
+        + """
+@tool
+def shout(text: str) -> str:
+    return text.upper()
+
+@reward
+def always(prediction):
+    return 1.0
+
+@hookimpl
+def register_tools(register):
+    register(shout, name="bad name")
+
+@hookimpl
+def register_rewards(register):
+    register(always, name="also_always")
+"""
+    )
+    host = load(dist)
+    assert "tool name 'bad name' is not valid" in host.plugins[0].hook_errors["register_tools"]
+    assert host.components.rewards.get("also_always").name == "also_always"
+    assert "always" not in host.components.rewards
