@@ -6,6 +6,7 @@ import time.
 
 from __future__ import annotations
 
+import math
 import os
 
 from agentfly_cli.errors import UserError
@@ -24,7 +25,7 @@ def _positive_number(name: str, default: float | None, *, integer: bool = False)
         value = int(text) if integer else float(text)
     except ValueError:
         value = None
-    if value is None or value <= 0:
+    if value is None or not math.isfinite(value) or value <= 0:
         kind = "a positive integer" if integer else "a positive number of seconds or 'none'"
         raise UserError(f"{name} must be {kind}, got {raw!r}")
     return value

@@ -286,6 +286,7 @@ def test_every_group_without_a_command_shows_help():
     [
         ("AGENTFLY_TOOL_TIMEOUT", "abc", "a positive number of seconds or 'none'"),
         ("AGENTFLY_TOOL_TIMEOUT", "-1", "AGENTFLY_TOOL_TIMEOUT must be"),
+        ("AGENTFLY_TOOL_TIMEOUT", "nan", "AGENTFLY_TOOL_TIMEOUT must be"),
         ("AGENTFLY_WORKER_THREADS", "x", "AGENTFLY_WORKER_THREADS must be a positive integer"),
         ("AGENTFLY_MAX_OBSERVATION_CHARS", "0", "positive integer"),
     ],
