@@ -58,3 +58,22 @@ def make_plugin(tmp_path, monkeypatch) -> Callable[..., str]:
         return dist
 
     return make
+
+
+REALDATA = REPO_ROOT.parent / "shared" / "realdata"
+
+
+@pytest.fixture(scope="session")
+def realdata() -> Path:
+    """The real tokenizers and templates in ../shared/realdata (skips where absent)."""
+    if not REALDATA.is_dir():
+        pytest.skip(f"real tokenizers not found at {REALDATA} (../shared/realdata beside the checkout)")
+    return REALDATA
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory) -> Path:
+    """The tiny test model (2-layer Qwen2, local BPE tokenizer), built once per session."""
+    from agentfly_cli.models.tiny import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-model"))

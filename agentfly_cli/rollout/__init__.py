@@ -1,0 +1,1 @@
+"""The rollout engine: many multi-turn agent chains at once, recorded token-exactly."""

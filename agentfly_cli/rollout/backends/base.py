@@ -1,0 +1,112 @@
+"""The backend protocol. Async, token in and token out.
+
+A backend takes the prompt's token ids and returns the ids it sampled, their logprobs and a
+finish reason. The engine never decodes sampled text to encode it again: the ids a backend
+returns are the ids that training learns on.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agentfly_cli.errors import UserError
+
+FinishReason = Literal["stop", "length", "abort"]
+
+
+class BackendUnavailableError(UserError):
+    """A backend's optional dependency is missing, or it cannot serve this request."""
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample one response."""
+
+    max_tokens: int = 256
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0 = off
+    stop_token_ids: tuple[int, ...] = ()  # end-of-turn ids; sampling one of them ends the turn
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class RequestContext:
+    """Where a request comes from. Backends may ignore it; ``scripted`` replays by it."""
+
+    task_index: int = 0
+    sample_index: int = 0  # which of the n chains of the task
+    turn: int = 0  # assistant turn number within the chain, from 0
+    group_id: str = ""
+
+
+@dataclass
+class Generation:
+    """One sampled response.
+
+    ``token_ids`` include the stop token when the model sampled one (finish reason ``stop``).
+    ``logprobs`` has one float per token, or is None when the backend cannot give them.
+    ``token_exact`` is False when the ids were re-encoded from text (an OpenAI server that
+    does not return token ids): such trajectories serve evaluation, never training.
+    """
+
+    token_ids: list[int]
+    logprobs: list[float] | None
+    finish_reason: FinishReason
+    text: str | None = None
+    token_exact: bool = True
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class BackendConfig(BaseModel):
+    """Settings shared by the built-in backends; each uses the fields it needs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field("hf", description="backend name: hf, vllm, openai, scripted, or a plugin's")
+    model: str | None = Field(None, description="model folder or alias (tiny, smollm2)")
+    tokenizer: str | None = Field(None, description="tokenizer folder, if not the model's")
+    device: str = Field("auto", description="hf: cpu, cuda, cuda:1 or auto")
+    dtype: str = Field("auto", description="float32, bfloat16, float16 or auto")
+    max_batch_size: int = Field(64, ge=1, description="hf: most requests in one forward pass")
+    batch_wait_ms: float = Field(2.0, ge=0, description="hf: wait for more requests to batch")
+    script: str | None = Field(None, description="scripted: JSONL of responses per task")
+    base_url: str | None = Field(None, description="openai: server URL, e.g. http://host:8000/v1")
+    api_key_env: str = Field("OPENAI_API_KEY", description="openai: env var with the API key")
+    served_model: str | None = Field(None, description="openai: model name on the server")
+    request_timeout: float = Field(120.0, gt=0, description="openai: seconds per request")
+    gpu_memory_utilization: float = Field(0.4, gt=0, le=1, description="vllm")
+    max_model_len: int | None = Field(None, description="vllm: context length")
+    enforce_eager: bool = Field(True, description="vllm: no CUDA graphs / compile")
+    seed: int = 0
+
+
+class Backend(abc.ABC):
+    """An async token-in, token-out LLM."""
+
+    name: str = "backend"
+    #: True when ``generate`` returns the ids the model sampled (training needs this).
+    returns_tokens: bool = True
+
+    @abc.abstractmethod
+    async def generate(
+        self, prompt_ids: list[int], params: SamplingParams, context: RequestContext | None = None
+    ) -> Generation:
+        """Sample one response to ``prompt_ids``."""
+
+    async def update_weights(self, named_tensors: Any) -> None:
+        """Load new policy weights: an iterable of ``(name, tensor)`` pairs or a state dict."""
+        raise NotImplementedError(f"the {self.name} backend cannot take new weights")
+
+    async def close(self) -> None:
+        """Release the model, threads and connections."""
+
+    async def __aenter__(self) -> Backend:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
