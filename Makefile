@@ -52,7 +52,8 @@ demo: install
 	$(PY) scripts/demo.py
 
 bench: install
-	@echo "no benchmarks yet: they arrive with the rollout engine and the trainer"
+	mkdir -p benchmarks/results
+	$(PY) benchmarks/rollout_bench.py --out benchmarks/results/rollout_bench.json
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache

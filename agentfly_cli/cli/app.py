@@ -8,7 +8,16 @@ from __future__ import annotations
 import typer
 
 from agentfly_cli import __version__, settings
-from agentfly_cli.cli import envs_cmd, plugins_cmd, recipes_cmd, rewards_cmd, tools_cmd
+from agentfly_cli.cli import (
+    envs_cmd,
+    models_cmd,
+    plugins_cmd,
+    recipes_cmd,
+    rewards_cmd,
+    rollout_cmd,
+    tools_cmd,
+    view_cmd,
+)
 from agentfly_cli.cli.output import handle_errors
 from agentfly_cli.plugins import get_plugin_host
 
@@ -48,6 +57,10 @@ def build_app(*, with_plugin_commands: bool = True) -> typer.Typer:
     app.add_typer(rewards_cmd.app, name="rewards")
     app.add_typer(envs_cmd.app, name="envs")
     app.add_typer(recipes_cmd.app, name="recipes")
+    app.add_typer(models_cmd.app, name="models")
+    app.command("rollout")(rollout_cmd.rollout)
+    app.command("eval")(rollout_cmd.evaluate)
+    app.command("view")(view_cmd.view)
     if with_plugin_commands:
         get_plugin_host().add_commands(app)
     return app

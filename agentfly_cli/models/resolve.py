@@ -7,6 +7,7 @@ Aliases (``tiny``, ``smollm2-135m-instruct``) are built once into the cache fold
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,31 +68,42 @@ def known_models() -> dict[str, ModelAlias]:
     return dict(_ALIASES)
 
 
+def alias_folder(alias: ModelAlias) -> Path:
+    """Where an alias is built in the cache."""
+    return cache_dir() / "models" / f"{alias.name}-v{alias.version}"
+
+
 def resolve_model(spec: str | os.PathLike) -> Path:
     """Return the local folder for ``spec``: an existing path, or an alias built on first use."""
     text = os.fspath(spec)
     path = Path(text).expanduser()
     if path.exists():
-        if path.is_dir() and not (path / "config.json").exists() and not (
-            path / "tokenizer_config.json"
-        ).exists():
+        if (
+            path.is_dir()
+            and not (path / "config.json").exists()
+            and not (path / "tokenizer_config.json").exists()
+        ):
             raise UserError(
                 f"model folder {text!r} has no config.json; pass a transformers model folder "
                 f"or one of: {', '.join(sorted(_ALIASES))}"
             )
         return path
-    alias = _ALIASES.get(text.lower())
+    alias = _ALIASES.get(text.lower()) if os.sep not in text else None
     if alias is None:
         raise UserError(
             f"model {text!r} is neither a folder nor a known alias; pass a local transformers "
             f"folder or one of: {', '.join(sorted(_ALIASES))} (nothing is downloaded from a hub)"
         )
-    target = cache_dir() / "models" / f"{alias.name}-v{alias.version}"
+    target = alias_folder(alias)
     if (target / ".complete").exists():
         return target
     tmp = target.with_name(target.name + f".tmp{os.getpid()}")
     tmp.mkdir(parents=True, exist_ok=True)
-    alias.build(tmp)
+    try:
+        alias.build(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     (tmp / ".complete").write_text("ok\n")
     try:
         tmp.rename(target)

@@ -1,0 +1,256 @@
+"""``agentfly rollout`` and ``agentfly eval``: run agent chains and report on them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from agentfly_cli.cli.output import (
+    JSON_OPTION,
+    handle_errors,
+    print_json,
+    stderr_console,
+    stdout_console,
+    table,
+)
+
+SPEC = typer.Argument(None, help="A recipe name (see `agentfly recipes list`) or a YAML config.")
+MODEL = typer.Option(None, "--model", help="Model folder, or an alias: tiny, smollm2.")
+BACKEND = typer.Option(None, "--backend", help="hf, vllm, openai, scripted, or a plugin's.")
+SCRIPT = typer.Option(None, "--script", help="scripted backend: JSONL of responses per task.")
+DATA = typer.Option(None, "--data", help="Tasks: JSONL, JSON, Parquet or a datasets folder.")
+TOOLS = typer.Option(None, "--tools", help="Comma-separated tool names (or module:attr).")
+REWARD = typer.Option(None, "--reward", help="Reward name (or module:attr).")
+N = typer.Option(None, "--n", help="Chains per task.", min=1)
+MAX_TURNS = typer.Option(None, "--max-turns", help="Assistant turns per chain.", min=1)
+LIMIT = typer.Option(None, "--limit", help="Use only the first N tasks.", min=1)
+TEMPLATE = typer.Option(None, "--template", help="Chat template: a packaged name or .jinja file.")
+PARSER = typer.Option(None, "--parser", help="Tool-call format: hermes, line, react, ...")
+BASE_URL = typer.Option(None, "--base-url", help="openai backend: server URL (…/v1).")
+SETS = typer.Option(None, "--set", help="Override any config field: --set rollout.top_p=0.9")
+QUIET = typer.Option(False, "--quiet", "-q", help="No progress bar.")
+
+
+def build_config(spec, **flags: Any):
+    """The run config from a recipe/YAML plus the flags that were given."""
+    from agentfly_cli.config import load_config
+
+    fields = {
+        "model": flags.get("model"),
+        "backend.name": flags.get("backend"),
+        "backend.script": flags.get("script"),
+        "backend.base_url": flags.get("base_url"),
+        "data.path": flags.get("data"),
+        "data.limit": flags.get("limit"),
+        "tools": flags.get("tools"),
+        "reward": flags.get("reward"),
+        "rollout.n": flags.get("n"),
+        "rollout.max_turns": flags.get("max_turns"),
+        "chat.template": flags.get("template"),
+        "chat.parser": flags.get("parser"),
+        # a new format starts without the recipe's options for the old one (--set can add some)
+        "chat.parser_options": {} if flags.get("parser") else None,
+        "out": flags.get("out"),
+    }
+    return load_config(spec, flags.get("sets") or [], **fields)
+
+
+def execute(config, *, quiet: bool, out: str | None):
+    """Build and run the rollout with a Rich progress bar on stderr."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from agentfly_cli.rollout.runner import build_rollout, run_rollout
+
+    console = stderr_console()
+    with (
+        console.status("loading model, template and tools…", spinner="dots")
+        if not quiet
+        else _null()
+    ):
+        run = build_rollout(config)
+    total = len(run.tasks) * config.rollout.n
+    rewards: list[float] = []
+    progress = Progress(
+        TextColumn("[bold]rollout[/bold]"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("chains · mean reward {task.fields[reward]}"),
+        TimeElapsedColumn(),
+        console=console,
+        disable=quiet,
+        transient=False,
+    )
+    with progress:
+        bar = progress.add_task("rollout", total=total, reward="-")
+
+        def finished(trajectory) -> None:
+            if trajectory.reward is not None:
+                rewards.append(trajectory.reward)
+            mean = f"{sum(rewards) / len(rewards):.3f}" if rewards else "-"
+            progress.update(bar, advance=1, reward=mean)
+
+        result = run_rollout(run, out=out, on_finish=finished)
+    return run, result
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def summary_tables(summary: dict[str, Any]) -> list:
+    """Rich tables of a rollout summary."""
+    overview = table(
+        "rollout",
+        ("chains", "tasks", "reward mean", "reward max", "turns mean", "turns max", "tokens/s"),
+        [
+            (
+                summary["chains"],
+                summary["tasks"],
+                _fmt(summary["reward_mean"]),
+                _fmt(summary["reward_max"]),
+                _fmt(summary["turns_mean"]),
+                summary["turns_max"],
+                _fmt(summary.get("sampled_tokens_per_s")),
+            )
+        ],
+    )
+    calls = table(
+        "tool calls",
+        ("tool", "calls", "errors"),
+        [(n, v["calls"], v["errors"]) for n, v in summary["tool_calls"].items()] or [("-", 0, 0)],
+    )
+    errors = table(
+        "error kinds", ("kind", "count"), list(summary["error_kinds"].items()) or [("none", 0)]
+    )
+    finishes = table(
+        "finish reasons", ("reason", "chains"), list(summary["finish_reasons"].items())
+    )
+    return [overview, calls, errors, finishes]
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return str(value)
+
+
+def _report(summary: dict[str, Any], out: str | None) -> None:
+    console = stdout_console()
+    for item in summary_tables(summary):
+        console.print(item)
+    if summary.get("aborted"):
+        console.print(f"[red]aborted chains, e.g.:[/red] {summary['aborted'][0]}", markup=True)
+    if not summary["token_exact"]:
+        console.print(
+            "[yellow]note:[/yellow] the backend did not return token ids; these trajectories "
+            "serve evaluation, not training (use hf, vllm, or a vLLM server)"
+        )
+    if out:
+        console.print(f"trajectories: {out}  (view one with `agentfly view {out}`)")
+
+
+@handle_errors
+def rollout(
+    spec: str = SPEC,
+    model: str = MODEL,
+    backend: str = BACKEND,
+    script: Path = SCRIPT,
+    data: Path = DATA,
+    tools: str = TOOLS,
+    reward: str = REWARD,
+    n: int = N,
+    max_turns: int = MAX_TURNS,
+    limit: int = LIMIT,
+    template: str = TEMPLATE,
+    parser: str = PARSER,
+    base_url: str = BASE_URL,
+    out: Path = typer.Option(None, "--out", help="Write trajectories to this JSONL file."),
+    sets: list[str] = SETS,
+    quiet: bool = QUIET,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Roll out agent chains and write token-exact trajectories."""
+    from agentfly_cli.rollout.summary import summarize
+
+    config = build_config(**locals_without(locals(), "quiet", "as_json"))
+    out_path = str(out) if out else config.out
+    run, result = execute(config, quiet=quiet or as_json, out=out_path)
+    summary = summarize(result.trajectories, result.wall_s)
+    summary.update(run.info)
+    if as_json:
+        print_json({"summary": summary, "out": out_path})
+        return
+    _report(summary, out_path)
+
+
+@handle_errors
+def evaluate(
+    spec: str = SPEC,
+    model: str = MODEL,
+    backend: str = BACKEND,
+    script: Path = SCRIPT,
+    data: Path = DATA,
+    tools: str = TOOLS,
+    reward: str = REWARD,
+    n: int = N,
+    max_turns: int = MAX_TURNS,
+    limit: int = LIMIT,
+    template: str = TEMPLATE,
+    parser: str = PARSER,
+    base_url: str = BASE_URL,
+    out: Path = typer.Option(None, "--out", help="Write trajectories to this JSONL file."),
+    sets: list[str] = SETS,
+    threshold: float = typer.Option(
+        1.0, "--threshold", help="A chain passes when its reward is at least this."
+    ),
+    quiet: bool = QUIET,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Evaluate: roll out n chains per task and report pass@k and mean@k."""
+    from agentfly_cli.errors import UserError
+    from agentfly_cli.rollout.summary import evaluate as evaluate_trajectories
+    from agentfly_cli.rollout.summary import summarize
+
+    config = build_config(**locals_without(locals(), "quiet", "as_json", "threshold"))
+    if not config.reward:
+        raise UserError("eval needs a reward: pass --reward NAME (see `agentfly rewards list`)")
+    out_path = str(out) if out else config.out
+    run, result = execute(config, quiet=quiet or as_json, out=out_path)
+    summary = summarize(result.trajectories, result.wall_s)
+    summary.update(run.info)
+    report = evaluate_trajectories(result.trajectories, threshold)
+    if as_json:
+        print_json({"summary": summary, "eval": report, "out": out_path})
+        return
+    console = stdout_console()
+    keys = [k for k in report["overall"] if k.startswith(("pass@", "mean@"))]
+    rows = [
+        (r["task_index"], r.get("id") or "", r["correct"], *(_fmt(r[k]) for k in keys))
+        for r in report["tasks"]
+    ]
+    console.print(table("per task", ("task", "id", "passed", *keys), rows))
+    console.print(
+        table(
+            f"overall ({report['overall']['tasks']} tasks, n={report['overall']['n']}, "
+            f"pass = reward >= {threshold:g})",
+            keys,
+            [[_fmt(report["overall"][k]) for k in keys]],
+        )
+    )
+    _report(summary, out_path)
+
+
+def locals_without(values: dict[str, Any], *names: str) -> dict[str, Any]:
+    kept = {k: v for k, v in values.items() if k not in names}
+    for key in ("script", "data", "out"):
+        if kept.get(key) is not None:
+            kept[key] = str(kept[key])
+    return kept

@@ -1,0 +1,207 @@
+"""Run configuration: pydantic models, YAML recipes, and ``--set a.b=c`` overrides.
+
+A config names the model and backend, the data, the tools and reward, how the chat is
+rendered and parsed, and the rollout limits. Every field is checked; a bad one is a single
+line naming the field and the fix.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from agentfly_cli.chat.templates import ObservationFormat
+from agentfly_cli.errors import UserError
+from agentfly_cli.rollout.backends.base import BackendConfig
+from agentfly_cli.rollout.settings import RolloutSettings
+
+
+class DataConfig(BaseModel):
+    """Where the tasks come from."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str | None = Field(None, description="JSONL, JSON, Parquet or a datasets folder")
+    limit: int | None = Field(None, ge=1, description="use only the first rows")
+
+
+class RewardComponent(BaseModel):
+    """One reward of a weighted sum."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    weight: float = 1.0
+
+
+class ChatConfig(BaseModel):
+    """How conversations are rendered into tokens and how tool calls are read back."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    template: str | None = Field(
+        None, description="None: the tokenizer's own; a packaged name or a .jinja path"
+    )
+    chat_template_kwargs: dict[str, Any] = Field(default_factory=dict)
+    parser: str | None = Field(None, description="tool-call format; None: guessed from template")
+    parser_options: dict[str, Any] = Field(default_factory=dict)
+    observation: ObservationFormat = Field(default_factory=ObservationFormat)
+    system_prompt: str | None = None
+    examples: list[dict[str, Any]] = Field(
+        default_factory=list, description="worked examples: chat messages placed before the task"
+    )
+
+
+class RunConfig(BaseModel):
+    """Everything one rollout (and, later, training) needs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "custom"
+    description: str = ""
+    model: str | None = Field(None, description="model folder or alias (tiny, smollm2)")
+    backend: BackendConfig = Field(default_factory=BackendConfig)
+    data: DataConfig = Field(default_factory=DataConfig)
+    tools: list[str] = Field(default_factory=list)
+    reward: list[RewardComponent] = Field(default_factory=list)
+    chat: ChatConfig = Field(default_factory=ChatConfig)
+    rollout: RolloutSettings = Field(default_factory=RolloutSettings)
+    out: str | None = Field(None, description="trajectory JSONL to write")
+
+    @field_validator("reward", mode="before")
+    @classmethod
+    def _reward_shorthand(cls, value: Any) -> Any:
+        """``reward: exact_match`` or ``reward: [a, {name: b, weight: 0.5}]``."""
+        if value is None:
+            return []
+        if isinstance(value, str):
+            value = [value]
+        if isinstance(value, list):
+            return [{"name": v} if isinstance(v, str) else v for v in value]
+        return value
+
+    @field_validator("tools", mode="before")
+    @classmethod
+    def _tools_shorthand(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [t.strip() for t in value.split(",") if t.strip()]
+        return value
+
+
+def _format_error(error: ValidationError, source: str) -> str:
+    first = error.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    extra = f" (and {error.error_count() - 1} more)" if error.error_count() > 1 else ""
+    message = first["msg"]
+    if first["type"] == "extra_forbidden":
+        message = "unknown field; check the spelling against `agentfly rollout --help`"
+    return f"{source}: {where}: {message}{extra}"
+
+
+def parse_value(text: str) -> Any:
+    """A ``--set`` value, read as YAML: ``4``, ``0.5``, ``true``, ``[a, b]``, ``null``."""
+    try:
+        return yaml.safe_load(text) if text.strip() else ""
+    except yaml.YAMLError:
+        return text
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply ``a.b=c`` overrides to a nested dict, in order."""
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise UserError(f"--set {item!r}: expected KEY=VALUE, e.g. --set rollout.n=8")
+        parts = key.strip().split(".")
+        node = data
+        for part in parts[:-1]:
+            child = node.get(part)
+            if child is None:
+                child = node[part] = {}
+            if not isinstance(child, dict):
+                raise UserError(f"--set {item!r}: '{part}' is not a section")
+            node = child
+        node[parts[-1]] = parse_value(raw)
+    return data
+
+
+def resolve_recipe_path(spec: str) -> Path:
+    """A YAML path, or the name of a registered recipe."""
+    path = Path(spec).expanduser()
+    if path.is_file():
+        return path
+    if path.suffix in (".yaml", ".yml") or os.sep in spec:
+        raise UserError(f"config file {spec!r} not found")
+    from agentfly_cli.plugins import get_plugin_host
+
+    recipes = get_plugin_host().components.recipes
+    return Path(recipes.get(spec).path)
+
+
+def load_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise UserError(f"{path}: not valid YAML{where}: {problem}") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: expected a mapping of settings at the top level")
+    return data
+
+
+def load_config(
+    spec: str | None = None, overrides: list[str] | None = None, **fields: Any
+) -> RunConfig:
+    """Build a config from a recipe name or YAML file, then ``fields``, then ``--set`` overrides.
+
+    Relative paths in a YAML file (data, script, template) are relative to that file.
+    """
+    data: dict[str, Any] = {}
+    source = "config"
+    if spec:
+        path = resolve_recipe_path(spec)
+        data = load_yaml(path)
+        source = str(path)
+        _anchor_paths(data, path.parent)
+    for dotted, value in fields.items():
+        if value is not None:
+            apply_overrides_value(data, dotted, value)
+    apply_overrides(data, list(overrides or []))
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as exc:
+        raise UserError(_format_error(exc, source)) from None
+
+
+def apply_overrides_value(data: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set one already-typed value at a dotted key (CLI flags)."""
+    parts = dotted.split(".")
+    node = data
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+    node[parts[-1]] = value
+
+
+def _anchor_paths(data: dict[str, Any], base: Path) -> None:
+    def anchor(value: Any) -> Any:
+        if isinstance(value, str) and value and not os.path.isabs(value):
+            candidate = base / value
+            if candidate.exists():
+                return str(candidate)
+        return value
+
+    if isinstance(data.get("data"), dict) and "path" in data["data"]:
+        data["data"]["path"] = anchor(data["data"]["path"])
+    backend = data.get("backend")
+    if isinstance(backend, dict) and "script" in backend:
+        backend["script"] = anchor(backend["script"])
+    chat = data.get("chat")
+    if isinstance(chat, dict) and isinstance(chat.get("template"), str):
+        if chat["template"].endswith(".jinja"):
+            chat["template"] = anchor(chat["template"])

@@ -1,0 +1,342 @@
+"""The rollout engine: chains of agent turns, run concurrently, recorded token-exactly.
+
+Each chain is a small state machine: GENERATING (the backend samples a turn) -> RUNNING_TOOLS
+(the parsed calls run concurrently) -> back to GENERATING, until DONE. Sampled ids are kept as
+sampled (loss mask 1); observation ids are the chat template's delta for that turn (mask 0).
+Rewards are scored as each chain finishes, while the other chains keep generating.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import hashlib
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentfly_cli.chat.parsers import ParsedResponse, ToolCall, ToolCallParser
+from agentfly_cli.chat.templates import ChatTemplate
+from agentfly_cli.rollout.backends.base import Backend, RequestContext, SamplingParams
+from agentfly_cli.rollout.settings import RolloutSettings
+from agentfly_cli.rollout.tasks import opening_messages
+from agentfly_cli.rollout.trajectory import ToolCallRecord, Trajectory
+from agentfly_cli.tools import Tool, ToolErrorKind, ToolResult
+
+
+class ChainState(enum.Enum):
+    """Where a chain is in its turn loop."""
+
+    GENERATING = "generating"
+    RUNNING_TOOLS = "running_tools"
+    DONE = "done"
+
+
+@dataclass
+class _Chain:
+    """The mutable state of one chain while it runs."""
+
+    trajectory: Trajectory
+    messages: list[dict[str, Any]]
+    state: ChainState = ChainState.GENERATING
+    errors: int = 0
+    envs: dict[str, Any] = field(default_factory=dict)
+    stack: AsyncExitStack = field(default_factory=AsyncExitStack)
+
+
+def _derive_seed(base: int | None, *parts: int) -> int | None:
+    if base is None:
+        return None
+    digest = hashlib.blake2b(repr((base, *parts)).encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "little") & 0x7FFFFFFF
+
+
+class RolloutEngine:
+    """Runs groups of ``n`` chains per task against a backend, tools and a reward."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        chat: ChatTemplate,
+        parser: ToolCallParser,
+        tools: Sequence[Tool] = (),
+        reward: Any = None,
+        settings: RolloutSettings | None = None,
+        *,
+        system_prompt: str | None = None,
+        examples: Sequence[Mapping[str, Any]] = (),
+        env_specs: Mapping[str, Any] | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.backend = backend
+        self.chat = chat
+        self.parser = parser
+        self.tools = {t.name: t for t in tools}
+        self.reward = reward
+        self.settings = settings or RolloutSettings()
+        self.system_prompt = system_prompt
+        self.examples = [dict(m) for m in examples]
+        self.env_specs = dict(env_specs or {})
+        self.meta = dict(meta or {})  # copied into every trajectory (e.g. the tokenizer folder)
+        self.tool_schemas = [t.schema for t in tools] or None
+        missing = sorted({t.env for t in tools if t.env and t.env not in self.env_specs})
+        if missing:
+            raise ValueError(f"tools need envs that were not given: {', '.join(missing)}")
+        self._stop_ids = tuple(chat.eot_token_ids)
+
+    # -- public --------------------------------------------------------------------------------
+    async def run(
+        self,
+        tasks: Sequence[Mapping[str, Any]],
+        *,
+        batch_id: str = "b0",
+        on_finish: Callable[[Trajectory], Any] | None = None,
+        task_offset: int = 0,
+    ) -> list[Trajectory]:
+        """Roll out ``n`` chains for every task, all concurrently under the concurrency bound.
+
+        Returns trajectories ordered by task, then by sample. ``on_finish`` is called with each
+        trajectory as soon as it is scored.
+        """
+        limit = asyncio.Semaphore(self.settings.concurrency)
+        n = self.settings.n
+
+        async def one(task_index: int, sample_index: int) -> Trajectory:
+            async with limit:
+                trajectory = await self.run_chain(
+                    tasks[task_index],
+                    task_index=task_index + task_offset,
+                    sample_index=sample_index,
+                    group_id=f"{batch_id}:{task_index + task_offset}",
+                )
+            if on_finish is not None:
+                on_finish(trajectory)
+            return trajectory
+
+        jobs = [one(i, s) for i in range(len(tasks)) for s in range(n)]
+        return list(await asyncio.gather(*jobs))
+
+    async def run_chain(
+        self,
+        task: Mapping[str, Any],
+        *,
+        task_index: int = 0,
+        sample_index: int = 0,
+        group_id: str = "",
+    ) -> Trajectory:
+        """Run one chain to the end and score it."""
+        started = time.perf_counter()
+        trajectory = Trajectory(
+            group_id=group_id,
+            task_index=task_index,
+            sample_index=sample_index,
+            task=dict(task),
+            meta=dict(self.meta),
+        )
+        messages = opening_messages(task, self.system_prompt, self.examples)
+        chain = _Chain(trajectory, messages)
+        trajectory.timings = {"generate_s": 0.0, "tools_s": 0.0, "reward_s": 0.0}
+        try:
+            async with chain.stack:
+                await self._loop(chain)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a backend or env failure ends this chain, not the rollout
+            trajectory.finish_reason = "abort"
+            trajectory.error = f"{type(exc).__name__}: {exc}"
+        chain.state = ChainState.DONE
+        trajectory.messages = chain.messages
+        await self._score(trajectory)
+        trajectory.timings["total_s"] = round(time.perf_counter() - started, 6)
+        return trajectory
+
+    # -- the turn loop -------------------------------------------------------------------------
+    async def _loop(self, chain: _Chain) -> None:
+        settings = self.settings
+        trajectory = chain.trajectory
+        prompt = self.chat.render_prompt(chain.messages, self.tool_schemas)
+        trajectory.append("prompt", prompt, sampled=False)
+        for turn in range(settings.max_turns):
+            budget = settings.max_total_tokens - len(trajectory.ids)
+            if budget <= 0:
+                trajectory.finish_reason = "length"
+                return
+            chain.state = ChainState.GENERATING
+            parsed = await self._generate(chain, turn, budget)
+            if trajectory.finish_reason:
+                return
+            chain.state = ChainState.RUNNING_TOOLS
+            results = await self._run_tools(chain, turn, parsed)
+            terminal = next((r for r in results if r.terminal and r.ok), None)
+            if terminal is not None:
+                trajectory.prediction = terminal.observation
+                trajectory.finish_reason = "terminal_tool"
+            elif chain.errors >= settings.max_errors:
+                trajectory.finish_reason = "errors"
+            elif turn == settings.max_turns - 1:
+                trajectory.finish_reason = "max_turns"
+            observation = self.chat.observation_messages(
+                [(r.tool, r.info.get("call_id"), r.observation) for r in results]
+            )
+            chain.messages.extend(observation)
+            if trajectory.finish_reason:
+                return
+            delta = self.chat.observation_delta(observation, self.tool_schemas)
+            if len(trajectory.ids) + len(delta) >= settings.max_total_tokens:
+                trajectory.finish_reason = "length"
+                return
+            trajectory.append("observation", delta, sampled=False)
+
+    async def _generate(self, chain: _Chain, turn: int, budget: int) -> ParsedResponse:
+        settings = self.settings
+        trajectory = chain.trajectory
+        params = SamplingParams(
+            max_tokens=min(settings.max_tokens_per_turn, budget),
+            temperature=settings.temperature,
+            top_p=settings.top_p,
+            top_k=settings.top_k,
+            stop_token_ids=self._stop_ids,
+            seed=_derive_seed(settings.seed, trajectory.task_index, trajectory.sample_index, turn),
+        )
+        context = RequestContext(
+            trajectory.task_index, trajectory.sample_index, turn, trajectory.group_id
+        )
+        started = time.perf_counter()
+        generation = await self.backend.generate(list(trajectory.ids), params, context)
+        trajectory.timings["generate_s"] += time.perf_counter() - started
+        ids = list(generation.token_ids)
+        trajectory.token_exact = trajectory.token_exact and generation.token_exact
+        trajectory.append(
+            "assistant",
+            ids,
+            sampled=True,
+            logprobs=generation.logprobs,
+            finish_reason=generation.finish_reason,
+        )
+        body = ids[:-1] if ids and ids[-1] in self._stop_ids else ids
+        text = self.chat.decode(body)
+        parsed = self.parser.parse(text)
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if parsed.reasoning is not None:
+            message["reasoning_content"] = parsed.reasoning
+        for i, call in enumerate(parsed.calls):
+            call.id = call.id or f"call_{turn}_{i}"
+        if parsed.calls:
+            message["tool_calls"] = [_openai_call(c) for c in parsed.calls]
+        chain.messages.append(message)
+        if generation.finish_reason == "abort":
+            trajectory.finish_reason = "abort"
+            trajectory.error = generation.info.get("error", "the backend aborted the request")
+        elif generation.finish_reason == "length":
+            trajectory.finish_reason = "length"  # cut mid-turn: recorded, never silent
+        elif not parsed.calls and not parsed.errors:
+            trajectory.finish_reason = "answer"
+        if trajectory.finish_reason:
+            trajectory.prediction = parsed.answer if parsed.answer is not None else parsed.content
+        elif parsed.answer is not None and not parsed.calls:
+            trajectory.prediction = parsed.answer
+            trajectory.finish_reason = "answer"
+        return parsed
+
+    async def _run_tools(
+        self, chain: _Chain, turn: int, parsed: ParsedResponse
+    ) -> list[ToolResult]:
+        started = time.perf_counter()
+        errors = [
+            ToolResult.error(e.message, ToolErrorKind.PARSE_ERROR, raw=e.raw) for e in parsed.errors
+        ]
+        results = list(await asyncio.gather(*(self._call(chain, c) for c in parsed.calls)))
+        chain.trajectory.timings["tools_s"] += time.perf_counter() - started
+        for call, result in zip(parsed.calls, results, strict=True):
+            result.info["call_id"] = call.id
+            chain.trajectory.tool_calls.append(
+                ToolCallRecord(
+                    turn=turn,
+                    id=call.id,
+                    name=call.name,
+                    arguments=call.arguments,
+                    observation=result.observation,
+                    status=result.status,
+                    error_kind=result.error_kind,
+                    latency_s=float(result.info.get("latency_s", 0.0)),
+                    terminal=result.terminal,
+                )
+            )
+        for error in errors:
+            chain.trajectory.tool_calls.append(
+                ToolCallRecord(
+                    turn=turn,
+                    id="",
+                    name="",
+                    arguments=error.info.get("raw", ""),
+                    observation=error.observation,
+                    status="error",
+                    error_kind=ToolErrorKind.PARSE_ERROR,
+                )
+            )
+        everything = results + errors
+        chain.errors += sum(1 for r in everything if not r.ok)
+        return everything
+
+    async def _call(self, chain: _Chain, call: ToolCall) -> ToolResult:
+        tool = self.tools.get(call.name)
+        if tool is None:
+            known = ", ".join(sorted(self.tools)) or "none"
+            return ToolResult.error(
+                f"unknown tool '{call.name}'; the available tools are: {known}",
+                ToolErrorKind.UNKNOWN_TOOL,
+                tool=call.name,
+            )
+        arguments = _coerce_arguments(tool, call.arguments)
+        env = await self._env(chain, tool.env) if tool.env else None
+        options: dict[str, Any] = {}
+        if self.settings.tool_timeout is not None:
+            options["timeout"] = self.settings.tool_timeout
+        if self.settings.max_observation_chars is not None:
+            options["max_observation_chars"] = self.settings.max_observation_chars
+        return await tool.invoke(arguments, env=env, **options)
+
+    async def _env(self, chain: _Chain, name: str) -> Any:
+        env = chain.envs.get(name)
+        if env is None:
+            from agentfly_cli.envs.base import standalone_env
+
+            spec = self.env_specs[name]
+            env = await chain.stack.enter_async_context(standalone_env(spec, chain.trajectory.task))
+            chain.envs[name] = env
+        return env
+
+    async def _score(self, trajectory: Trajectory) -> None:
+        if self.reward is None:
+            return
+        started = time.perf_counter()
+        result = await self.reward.score(trajectory.prediction, trajectory, trajectory.task)
+        trajectory.timings["reward_s"] = round(time.perf_counter() - started, 6)
+        trajectory.reward = float(result.reward)
+        extras = dict(result.extras)
+        if result.failed:
+            extras["error"] = result.error
+        trajectory.reward_extras = extras
+
+
+def _openai_call(call: ToolCall) -> dict[str, Any]:
+    arguments = call.arguments
+    if not isinstance(arguments, str):
+        arguments = json.dumps(arguments, ensure_ascii=False)
+    return {
+        "id": call.id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": arguments},
+    }
+
+
+def _coerce_arguments(tool: Tool, arguments: Any) -> Any:
+    """Plain text for a one-argument tool (ReAct ``Action Input: 2+3``) becomes that argument."""
+    if isinstance(arguments, str) and not arguments.lstrip().startswith(("{", "[")):
+        properties = list(tool.parameters.get("properties", {}))
+        if len(properties) == 1:
+            return {properties[0]: arguments.strip()}
+    return arguments

@@ -1,0 +1,115 @@
+"""Show a trajectory token by token: trained (sampled) tokens apart from masked ones.
+
+Used by ``agentfly view`` for the terminal (Rich) and for a standalone HTML page.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from dataclasses import dataclass
+
+from agentfly_cli.rollout.trajectory import Trajectory
+
+
+@dataclass
+class TokenPiece:
+    """One token of a trajectory, as text."""
+
+    text: str
+    token_id: int
+    trained: bool
+    logprob: float | None
+    role: str
+
+
+def token_pieces(trajectory: Trajectory, tokenizer) -> list[TokenPiece]:
+    """Decode each id on its own, keeping bytes that only make sense together readable."""
+    roles = [""] * len(trajectory.ids)
+    for turn in trajectory.turns:
+        for i in range(turn.start, turn.end):
+            roles[i] = turn.role
+    pieces = []
+    for i, token_id in enumerate(trajectory.ids):
+        text = tokenizer.decode([token_id], skip_special_tokens=False)
+        pieces.append(
+            TokenPiece(
+                text, token_id, bool(trajectory.loss_mask[i]), trajectory.logprobs[i], roles[i]
+            )
+        )
+    return pieces
+
+
+def load_tokenizer_for(trajectory: Trajectory, override: str | None = None):
+    """The tokenizer recorded in the trajectory's meta (or ``override``), or None."""
+    source = override or trajectory.meta.get("tokenizer")
+    if not source:
+        return None
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(source)
+    except (OSError, ValueError):
+        return None
+
+
+def rich_text(pieces: list[TokenPiece]):
+    """A Rich Text: trained tokens bold green on a dark background, masked tokens dim."""
+    from rich.text import Text
+
+    text = Text()
+    for piece in pieces:
+        style = "bold green on grey11" if piece.trained else "grey50"
+        text.append(piece.text, style=style)
+    return text
+
+
+_CSS = """
+body { font-family: ui-monospace, Menlo, Consolas, monospace; margin: 2em; background: #fafafa; }
+.legend span { padding: 2px 6px; margin-right: 1em; }
+pre { white-space: pre-wrap; word-wrap: break-word; line-height: 1.5; font-size: 13px; }
+.t { background: #c8f7c5; color: #064; border-bottom: 2px solid #2a2; }
+.m { color: #777; }
+table { border-collapse: collapse; margin: 1em 0; }
+td, th { border: 1px solid #ddd; padding: 4px 8px; text-align: left; vertical-align: top; }
+"""
+
+
+def html_page(trajectory: Trajectory, pieces: list[TokenPiece] | None, title: str) -> str:
+    """A standalone HTML page of one trajectory."""
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'>",
+        f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>",
+        f"<h1>{html.escape(title)}</h1>",
+        "<div class='legend'><span class='t'>trained (sampled, loss mask 1)</span>"
+        "<span class='m'>masked (prompt, observations; loss mask 0)</span></div>",
+        "<table>",
+    ]
+    facts = {
+        "reward": trajectory.reward,
+        "finish_reason": trajectory.finish_reason,
+        "turns": trajectory.num_turns,
+        "group_id": trajectory.group_id,
+        "tokens": f"{len(trajectory.ids)} ({sum(trajectory.loss_mask)} trained)",
+        "prediction": trajectory.prediction,
+        "task": json.dumps(trajectory.task, ensure_ascii=False),
+    }
+    for key, value in facts.items():
+        parts.append(f"<tr><th>{key}</th><td>{html.escape(str(value))}</td></tr>")
+    parts.append("</table><pre>")
+    if pieces is not None:
+        for piece in pieces:
+            css = "t" if piece.trained else "m"
+            tip = f"id {piece.token_id}" + (
+                f", logprob {piece.logprob:.4f}" if piece.logprob is not None else ""
+            )
+            parts.append(f"<span class='{css}' title='{tip}'>{html.escape(piece.text)}</span>")
+    else:
+        for message in trajectory.messages:
+            css = "t" if message.get("role") == "assistant" else "m"
+            parts.append(
+                f"<span class='{css}'>[{html.escape(message.get('role', ''))}] "
+                f"{html.escape(str(message.get('content', '')))}</span>\n"
+            )
+    parts.append("</pre></body></html>\n")
+    return "".join(parts)

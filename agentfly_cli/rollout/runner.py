@@ -1,0 +1,146 @@
+"""Build a rollout from a :class:`~agentfly_cli.config.RunConfig` and run it.
+
+This is the library behind ``agentfly rollout`` and ``agentfly eval``: resolve the model, load
+the chat template and parser, look up tools, reward, envs and backend in the plugin registry,
+then run the engine over the tasks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentfly_cli.config import RunConfig
+from agentfly_cli.errors import UserError
+from agentfly_cli.rollout.engine import RolloutEngine
+from agentfly_cli.rollout.trajectory import Trajectory, TrajectoryWriter
+
+
+@dataclass
+class RolloutRun:
+    """Everything a rollout needs, built and checked, before anything runs."""
+
+    config: RunConfig
+    engine: RolloutEngine
+    tasks: list[dict[str, Any]]
+    setup_s: float = 0.0
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RolloutResult:
+    trajectories: list[Trajectory]
+    wall_s: float
+    setup_s: float
+
+
+def _reward_for(config: RunConfig, host):
+    from agentfly_cli.loading import resolve_reward
+    from agentfly_cli.rewards import CombinedReward
+
+    if not config.reward:
+        return None
+    parts = [(resolve_reward(c.name, host), c.weight) for c in config.reward]
+    if len(parts) == 1 and parts[0][1] == 1.0:
+        return parts[0][0]
+    return CombinedReward(parts)
+
+
+def build_rollout(config: RunConfig) -> RolloutRun:
+    """Resolve every component named by ``config``; errors are one-line UserErrors."""
+    started = time.perf_counter()
+    from agentfly_cli.chat.parsers import get_parser
+    from agentfly_cli.chat.templates import ChatTemplate
+    from agentfly_cli.loading import resolve_tool
+    from agentfly_cli.models import resolve_model
+    from agentfly_cli.plugins import get_plugin_host
+    from agentfly_cli.rollout.tasks import load_tasks
+
+    host = get_plugin_host()
+    if not config.data.path:
+        raise UserError("no data: pass --data FILE.jsonl (or set data.path in the config)")
+    tasks = load_tasks(config.data.path, config.data.limit)
+    tools = [resolve_tool(name, host) for name in config.tools]
+    reward = _reward_for(config, host)
+    if reward is not None:
+        missing = sorted(set(getattr(reward, "fields", [])) - set(tasks[0]))
+        if missing:
+            raise UserError(
+                f"reward needs the data field(s) {', '.join(missing)}, which "
+                f"{config.data.path} lacks; add them to every row or pick another reward"
+            )
+    env_specs = {t.env: host.components.envs.get(t.env) for t in tools if t.env}
+    backend_ref = host.components.backends.get(config.backend.name)
+
+    model = config.backend.model or config.model
+    if model is None:
+        raise UserError(
+            "no model: pass --model PATH (a transformers folder) or an alias: tiny, smollm2"
+        )
+    model_path = resolve_model(model)
+    backend_config = config.backend.model_copy(update={"model": str(model_path)})
+    tokenizer_source = backend_config.tokenizer or str(model_path)
+    chat = ChatTemplate.load(
+        tokenizer_source,
+        config.chat.template,
+        config.chat.observation,
+        config.chat.chat_template_kwargs or None,
+    )
+    parser = get_parser(config.chat.parser or chat.default_parser, config.chat.parser_options)
+    backend = backend_ref.factory(backend_config, chat)
+    engine = RolloutEngine(
+        backend,
+        chat,
+        parser,
+        tools,
+        reward,
+        config.rollout,
+        system_prompt=config.chat.system_prompt,
+        examples=config.chat.examples,
+        env_specs=env_specs,
+        meta={"tokenizer": tokenizer_source, "template": chat.name, "backend": config.backend.name},
+    )
+    info = {
+        "model": str(model_path),
+        "backend": config.backend.name,
+        "parser": parser.name,
+        "template": chat.name,
+    }
+    return RolloutRun(config, engine, tasks, time.perf_counter() - started, info)
+
+
+async def run_rollout_async(
+    run: RolloutRun,
+    *,
+    out: str | None = None,
+    on_finish: Callable[[Trajectory], Any] | None = None,
+) -> RolloutResult:
+    """Run every task's chains; write each trajectory to ``out`` as it finishes."""
+    writer = TrajectoryWriter(out) if out else None
+
+    def finished(trajectory: Trajectory) -> None:
+        if writer is not None:
+            writer.write(trajectory)
+        if on_finish is not None:
+            on_finish(trajectory)
+
+    started = time.perf_counter()
+    try:
+        async with run.engine.backend:
+            trajectories = await run.engine.run(run.tasks, on_finish=finished)
+    finally:
+        if writer is not None:
+            writer.close()
+    if writer is not None:  # keep the file in task order, as the summary and `view --index` see it
+        from agentfly_cli.rollout.trajectory import write_trajectories
+
+        write_trajectories(out, trajectories)
+    return RolloutResult(trajectories, time.perf_counter() - started, run.setup_s)
+
+
+def run_rollout(run: RolloutRun, **options: Any) -> RolloutResult:
+    """Blocking :func:`run_rollout_async`."""
+    return asyncio.run(run_rollout_async(run, **options))

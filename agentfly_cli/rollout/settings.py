@@ -1,0 +1,30 @@
+"""Rollout settings: how many chains, how long, how they sample."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class RolloutSettings(BaseModel):
+    """Limits and sampling of the chains of one rollout."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    n: int = Field(4, ge=1, description="chains per task (a group)")
+    max_turns: int = Field(4, ge=1, description="assistant turns per chain")
+    max_tokens_per_turn: int = Field(256, ge=1, description="sampled tokens per assistant turn")
+    max_total_tokens: int = Field(
+        4096, ge=1, description="token budget of a whole chain, prompt included"
+    )
+    max_errors: int = Field(
+        3, ge=1, description="stop a chain after this many error observations (error budget)"
+    )
+    concurrency: int = Field(64, ge=1, description="chains in flight at once")
+    temperature: float = Field(1.0, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(0, ge=0, description="0 = off")
+    seed: int | None = Field(0, description="base seed; each request derives its own")
+    tool_timeout: float | None = Field(None, gt=0, description="seconds; default: the tool's own")
+    max_observation_chars: int | None = Field(
+        None, ge=1, description="cut longer observations; default: the tool's own"
+    )

@@ -1,0 +1,155 @@
+"""Tasks: dataset rows loaded from JSONL, JSON, Parquet or a ``datasets`` folder, as messages.
+
+A row has ``question`` (rendered as the user message) or ``messages`` (a whole opening
+conversation), plus any other fields; rewards receive those fields by name.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from agentfly_cli.errors import UserError
+
+ROLES = {"system", "user", "assistant", "tool"}
+
+
+def load_tasks(path: str | Path, limit: int | None = None) -> list[dict[str, Any]]:
+    """Read the task rows of a data file or folder; every row is checked."""
+    path = Path(path)
+    if not path.exists():
+        raise UserError(f"data file {str(path)!r} not found; pass --data FILE.jsonl")
+    if path.is_dir():
+        rows = _load_datasets_folder(path)
+    elif path.suffix == ".jsonl":
+        rows = _load_jsonl(path)
+    elif path.suffix == ".json":
+        rows = _load_json(path)
+    elif path.suffix == ".parquet":
+        rows = _load_parquet(path)
+    else:
+        raise UserError(
+            f"data file {str(path)!r} has an unknown format; use .jsonl, .json, .parquet "
+            "or a folder saved with datasets' save_to_disk"
+        )
+    if limit is not None:
+        rows = rows[:limit]
+    if not rows:
+        raise UserError(f"data file {str(path)!r} has no rows")
+    for number, row in enumerate(rows, 1):
+        check_task(row, f"{path} row {number}")
+    return rows
+
+
+def check_task(row: Any, where: str) -> None:
+    """Raise a UserError unless ``row`` is an object with ``question`` or valid ``messages``."""
+    if not isinstance(row, Mapping):
+        raise UserError(f"{where}: expected a JSON object, got {type(row).__name__}")
+    if "messages" in row:
+        messages = row["messages"]
+        if not isinstance(messages, list) or not messages:
+            raise UserError(f"{where}: 'messages' must be a non-empty list of messages")
+        for i, message in enumerate(messages):
+            if not isinstance(message, Mapping) or message.get("role") not in ROLES:
+                raise UserError(
+                    f"{where}: messages[{i}] needs a role out of {', '.join(sorted(ROLES))}"
+                )
+            if not isinstance(message.get("content", ""), str):
+                raise UserError(f"{where}: messages[{i}].content must be a string")
+    elif "question" in row:
+        if not isinstance(row["question"], str):
+            raise UserError(f"{where}: 'question' must be a string")
+    else:
+        raise UserError(
+            f"{where}: needs a 'question' field (the user message) or 'messages' (a conversation)"
+        )
+
+
+def opening_messages(
+    task: Mapping[str, Any],
+    system_prompt: str | None = None,
+    examples: Sequence[Mapping[str, Any]] = (),
+) -> list[dict[str, Any]]:
+    """The conversation a chain starts from: system prompt, worked examples, then the task.
+
+    ``system_prompt`` may use the task's fields, e.g. ``{question}``; a task that brings its own
+    system message keeps it.
+    """
+    if "messages" in task:
+        task_messages = [dict(m) for m in task["messages"]]
+    else:
+        task_messages = [{"role": "user", "content": task["question"]}]
+    messages: list[dict[str, Any]] = []
+    own_system = task_messages and task_messages[0]["role"] == "system"
+    if own_system:
+        messages.append(task_messages.pop(0))
+    elif system_prompt:
+        messages.append({"role": "system", "content": _fill(system_prompt, task)})
+    messages.extend(dict(m) for m in examples)
+    messages.extend(task_messages)
+    return messages
+
+
+class _Fields(dict):
+    def __missing__(self, key: str) -> str:
+        return "{" + key + "}"
+
+
+def _fill(text: str, task: Mapping[str, Any]) -> str:
+    try:
+        return text.format_map(_Fields(task))
+    except (ValueError, IndexError, AttributeError):
+        return text
+
+
+def _load_jsonl(path: Path) -> list[dict[str, Any]]:
+    rows = []
+    with open(path, encoding="utf-8") as lines:
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise UserError(
+                    f"{path}:{number}: not JSON ({exc.msg}); write one object per line"
+                ) from None
+    return rows
+
+
+def _load_json(path: Path) -> list[dict[str, Any]]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
+    if isinstance(data, dict):
+        for key in ("data", "rows", "tasks"):
+            if isinstance(data.get(key), list):
+                return data[key]
+    if not isinstance(data, list):
+        raise UserError(f"{path}: expected a JSON list of task objects")
+    return data
+
+
+def _load_parquet(path: Path) -> list[dict[str, Any]]:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise UserError("reading Parquet needs pyarrow: pip install pyarrow") from None
+    return pq.read_table(path).to_pylist()
+
+
+def _load_datasets_folder(path: Path) -> list[dict[str, Any]]:
+    try:
+        import datasets
+    except ImportError:
+        raise UserError(
+            f"{path} is a folder; reading a datasets folder needs `pip install datasets`"
+        ) from None
+    loaded = datasets.load_from_disk(str(path))
+    if isinstance(loaded, datasets.DatasetDict):
+        split = "train" if "train" in loaded else next(iter(loaded))
+        loaded = loaded[split]
+    return [dict(row) for row in loaded]

@@ -1,0 +1,370 @@
+"""The rollout engine with the scripted backend: turn state machine, stop conditions, records."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from agentfly_cli.chat.parsers import get_parser
+from agentfly_cli.chat.templates import ChatTemplate, ObservationFormat
+from agentfly_cli.rollout.backends.scripted import ScriptedBackend
+from agentfly_cli.rollout.engine import RolloutEngine
+from agentfly_cli.rollout.settings import RolloutSettings
+from agentfly_cli.rollout.trajectory import Trajectory, read_trajectories, write_trajectories
+from agentfly_cli.tools import tool
+from rewards_builtin.text import math_equal
+from tools_builtin.answer import answer
+from tools_builtin.calculator import calculator
+
+
+def call(tool_name: str, /, **arguments) -> str:
+    payload = {"name": tool_name, "arguments": arguments}
+    return "<tool_call>\n" + json.dumps(payload) + "\n</tool_call>"
+
+
+@pytest.fixture(scope="module")
+def chat(tiny_model) -> ChatTemplate:
+    return ChatTemplate.load(str(tiny_model))
+
+
+def make_engine(chat, script, tools=(calculator, answer), reward=math_equal, **settings):
+    options = {"n": 1, "max_turns": 4, "seed": 0}
+    options.update(settings)
+    return RolloutEngine(
+        ScriptedBackend(script, chat),
+        chat,
+        get_parser("hermes"),
+        list(tools),
+        reward,
+        RolloutSettings(**options),
+    )
+
+
+def run(engine, tasks):
+    return asyncio.run(engine.run(tasks))
+
+
+def rendered_ids(chat: ChatTemplate, trajectory: Trajectory, tools) -> list[int]:
+    """The template's own tokenization of the final conversation (raw assistant text)."""
+    messages = []
+    for message in trajectory.messages:
+        message = {k: v for k, v in message.items() if k not in ("tool_calls", "reasoning_content")}
+        messages.append(message)
+    # the last turn's observation has no tokens: no turn follows it
+    while messages and messages[-1]["role"] != "assistant":
+        messages.pop()
+    text = chat.render_text(messages, [t.schema for t in tools])
+    rendered = chat.tokenizer(text, add_special_tokens=False)["input_ids"]
+    # the template closes the last turn with text after its end-of-turn token ("\n" in
+    # ChatML) that no model samples: it belongs to the next turn's tokens
+    tail = rendered[len(trajectory.ids) :]
+    assert chat.decode(tail).strip() == "", chat.decode(tail)
+    return rendered[: len(trajectory.ids)]
+
+
+def test_two_turn_calculator_chain_is_token_exact(chat):
+    script = [[call("calculator", expression="2 + 3"), call("answer", answer="5")]]
+    engine = make_engine(chat, script)
+    [trajectory] = run(engine, [{"question": "What is 2 + 3?", "answer": "5"}])
+    trajectory.check()
+    assert trajectory.finish_reason == "terminal_tool"
+    assert trajectory.prediction == "5"
+    assert trajectory.reward == 1.0
+    assert [c.name for c in trajectory.tool_calls] == ["calculator", "answer"]
+    assert trajectory.tool_calls[0].observation == "5"
+    assert [t.role for t in trajectory.turns] == ["prompt", "assistant", "observation", "assistant"]
+    # chatml-tools is prefix-preserving: the record equals the template's own rendering
+    assert trajectory.ids == rendered_ids(chat, trajectory, (calculator, answer))
+    sampled = [chat.encode_response(text) for text in script[0]]
+    assert trajectory.sampled_ids == sampled[0] + sampled[1]
+    assert trajectory.messages[-2]["tool_calls"][0]["function"]["name"] == "answer"
+
+
+def test_final_answer_without_tool_call_ends_the_chain(chat):
+    engine = make_engine(chat, [["It is 12."]])
+    [trajectory] = run(engine, [{"question": "What is 3 * 4?", "answer": "12"}])
+    trajectory.check()
+    assert trajectory.finish_reason == "answer"
+    assert trajectory.prediction == "It is 12."
+    assert trajectory.num_turns == 1
+
+
+def test_malformed_call_becomes_an_error_observation_and_rollout_goes_on(chat):
+    script = [["<tool_call>{not json</tool_call>", call("answer", answer="1")]]
+    engine = make_engine(chat, script)
+    [trajectory] = run(engine, [{"question": "q", "answer": "1"}])
+    trajectory.check()
+    assert trajectory.finish_reason == "terminal_tool"
+    first = trajectory.tool_calls[0]
+    assert first.status == "error" and first.error_kind == "parse_error"
+    assert first.observation in trajectory.messages[2]["content"]
+
+
+def test_unknown_tool_and_bad_arguments_are_error_observations(chat):
+    script = [[call("nosuch", x=1), call("calculator", expr="1"), call("answer", answer="1")]]
+    engine = make_engine(chat, script)
+    [trajectory] = run(engine, [{"question": "q", "answer": "1"}])
+    kinds = [c.error_kind for c in trajectory.tool_calls]
+    assert kinds[:2] == ["unknown_tool", "invalid_arguments"]
+    assert "available tools are: answer, calculator" in trajectory.tool_calls[0].observation
+    assert trajectory.finish_reason == "terminal_tool"
+
+
+def test_max_turns_stops_the_chain(chat):
+    script = [[call("calculator", expression="1+1")] * 5]
+    [trajectory] = run(make_engine(chat, script, max_turns=2), [{"question": "q", "answer": "2"}])
+    trajectory.check()
+    assert trajectory.finish_reason == "max_turns"
+    assert trajectory.num_turns == 2
+    # the last turn's observation is recorded as a message and tool call, with no tokens
+    assert trajectory.turns[-1].role == "assistant"
+    assert trajectory.messages[-1]["role"] == "tool"
+
+
+def test_token_budget_is_recorded_as_length_never_cut_silently(chat):
+    long_text = "the quick brown fox jumps over the lazy dog " * 20
+    tools = [calculator.schema, answer.schema]
+    prompt = len(chat.render_prompt([{"role": "user", "content": "q"}], tools))
+    engine = make_engine(chat, [[long_text]], max_total_tokens=prompt + 40)
+    [trajectory] = run(engine, [{"question": "q", "answer": "1"}])
+    trajectory.check()
+    assert trajectory.finish_reason == "length"
+    assert len(trajectory.ids) == prompt + 40
+    assert len(chat.encode_response(long_text)) > 40
+    assert trajectory.turns[-1].finish_reason == "length"
+
+
+def test_observation_that_overflows_the_budget_ends_with_length(chat):
+    script = [[call("calculator", expression="1+1"), call("answer", answer="2")]]
+    engine = make_engine(chat, script)
+    [full] = run(engine, [{"question": "q", "answer": "2"}])
+    # a budget that fits the first turn but not the observation after it
+    budget = full.turns[1].end + 3
+    [cut] = run(make_engine(chat, script, max_total_tokens=budget), [{"question": "q"}])
+    cut.check()
+    assert cut.finish_reason == "length"
+    assert len(cut.ids) == full.turns[1].end
+
+
+def test_error_budget_stops_the_chain(chat):
+    script = [[call("nosuch")] * 6]
+    engine = make_engine(chat, script, max_errors=2, max_turns=6)
+    [trajectory] = run(engine, [{"question": "q", "answer": "1"}])
+    assert trajectory.finish_reason == "errors"
+    assert trajectory.num_turns == 2
+
+
+def test_groups_share_a_group_id_and_order_is_by_task_then_sample(chat):
+    script = [[call("answer", answer="1")], [call("answer", answer="2")]]
+    engine = make_engine(chat, script, n=3)
+    trajectories = run(engine, [{"question": "a", "answer": "1"}, {"question": "b", "answer": "3"}])
+    assert [(t.task_index, t.sample_index) for t in trajectories] == [
+        (0, 0),
+        (0, 1),
+        (0, 2),
+        (1, 0),
+        (1, 1),
+        (1, 2),
+    ]
+    assert len({t.group_id for t in trajectories[:3]}) == 1
+    assert trajectories[0].group_id != trajectories[3].group_id
+    assert [t.reward for t in trajectories] == [1.0, 1.0, 1.0, 0.0, 0.0, 0.0]
+
+
+def test_tool_calls_of_one_turn_run_concurrently(chat):
+    arrived = []
+    both = asyncio.Event()
+
+    @tool
+    async def meet(name: str) -> str:
+        """Wait until the other call of the turn has started too."""
+        arrived.append(name)
+        if len(arrived) == 2:
+            both.set()
+        await asyncio.wait_for(both.wait(), 5)
+        return f"met {name}"
+
+    turn = call("meet", name="a") + "\n" + call("meet", name="b")
+    engine = make_engine(chat, [[turn, "done"]], tools=(meet,))
+    [trajectory] = run(engine, [{"question": "q", "answer": "x"}])
+    assert [c.observation for c in trajectory.tool_calls] == ["met a", "met b"]
+    # both results come back in one observation turn
+    assert [m["role"] for m in trajectory.messages[-3:-1]] == ["tool", "tool"]
+
+
+def test_rewards_are_scored_as_each_chain_finishes(chat):
+    release = asyncio.Event()
+    order = []
+
+    @tool
+    async def slow(x: int) -> str:
+        """Waits until the quick chain has been scored."""
+        await asyncio.wait_for(release.wait(), 5)
+        return "ok"
+
+    script = [["quick answer"], [call("slow", x=1), "slow answer"]]
+    engine = make_engine(chat, script, tools=(slow,))
+
+    def finished(trajectory):
+        order.append(trajectory.task_index)
+        assert trajectory.reward is not None
+        release.set()
+
+    async def go():
+        return await engine.run(
+            [{"question": "a", "answer": "quick"}, {"question": "b", "answer": "x"}],
+            on_finish=finished,
+        )
+
+    trajectories = asyncio.run(go())
+    assert order == [0, 1]
+    assert trajectories[1].tool_calls[0].status == "ok"
+
+
+def test_concurrency_bound_limits_chains_in_flight(chat):
+    in_flight = 0
+    peak = 0
+
+    @tool
+    async def hold(x: int) -> str:
+        """Counts chains that are running at once."""
+        nonlocal in_flight, peak
+        in_flight += 1
+        peak = max(peak, in_flight)
+        await asyncio.sleep(0.01)
+        in_flight -= 1
+        return "ok"
+
+    script = [[call("hold", x=1), "done"]] * 12
+    engine = make_engine(chat, script, tools=(hold,), concurrency=3)
+    run(engine, [{"question": str(i), "answer": "done"} for i in range(12)])
+    assert peak == 3
+
+
+def test_backend_failure_aborts_only_that_chain(chat):
+    script = [[call("answer", answer="1")]]  # task 1 has no script line
+    engine = make_engine(chat, script)
+    good, bad = run(engine, [{"question": "a", "answer": "1"}, {"question": "b", "answer": "1"}])
+    assert good.finish_reason == "terminal_tool"
+    assert bad.finish_reason == "abort"
+    assert "the script has 1 lines" in bad.error
+    assert bad.reward == 0.0
+
+
+def test_env_tools_keep_state_within_a_chain_and_not_across(chat):
+    from agentfly_cli.plugins import get_plugin_host
+    from envs_builtin.scratchpad import notes_list, notes_write
+
+    spec = get_plugin_host().components.envs.get("scratchpad")
+    script = [
+        [call("notes_write", key="a", text="x"), call("notes_list")],
+        [call("notes_write", key="b", text="y"), call("notes_list")],
+    ]
+    engine = RolloutEngine(
+        ScriptedBackend(script, chat),
+        chat,
+        get_parser("hermes"),
+        [notes_write, notes_list],
+        None,
+        RolloutSettings(n=1, max_turns=2),
+        env_specs={"scratchpad": spec},
+    )
+    trajectories = run(engine, [{"question": "a"}, {"question": "b"}])
+    for trajectory, key in zip(trajectories, "ab", strict=True):
+        assert trajectory.tool_calls[0].status == "ok"
+        assert trajectory.tool_calls[1].observation == key
+
+
+def test_missing_env_spec_is_reported(chat):
+    from envs_builtin.scratchpad import notes_write
+
+    with pytest.raises(ValueError, match="scratchpad"):
+        RolloutEngine(ScriptedBackend([], chat), chat, get_parser("hermes"), [notes_write])
+
+
+def test_worked_examples_and_system_prompt_come_before_the_task(chat):
+    examples = [
+        {"role": "user", "content": "What is 1 + 1?"},
+        {"role": "assistant", "content": call("calculator", expression="1 + 1")},
+        {"role": "tool", "content": "2"},
+        {"role": "assistant", "content": call("answer", answer="2")},
+    ]
+    engine = RolloutEngine(
+        ScriptedBackend([["4"]], chat),
+        chat,
+        get_parser("hermes"),
+        [calculator],
+        None,
+        RolloutSettings(n=1),
+        system_prompt="Solve {question} carefully.",
+        examples=examples,
+    )
+    [trajectory] = run(engine, [{"question": "What is 2 + 2?"}])
+    roles = [m["role"] for m in trajectory.messages]
+    assert roles == ["system", "user", "assistant", "tool", "assistant", "user", "assistant"]
+    assert trajectory.messages[0]["content"] == "Solve What is 2 + 2? carefully."
+    prompt = chat.decode(trajectory.ids[: trajectory.turns[0].end])
+    assert prompt.index("What is 1 + 1?") < prompt.rindex("What is 2 + 2?")
+    assert "<tool_response>\n2\n</tool_response>" in prompt
+
+
+def test_line_protocol_with_user_observations(tiny_model):
+    chat = ChatTemplate.load(
+        str(tiny_model),
+        observation=ObservationFormat(role="user", template="RESULT: {observation}"),
+    )
+    parser = get_parser(
+        "line",
+        {
+            "commands": {
+                "CALC": {"tool": "calculator", "argument": "expression"},
+                "ANSWER": {"tool": "answer", "argument": "answer"},
+            }
+        },
+    )
+    engine = RolloutEngine(
+        ScriptedBackend([["CALC: 6 * 7", "ANSWER: 42"]], chat),
+        chat,
+        parser,
+        [calculator, answer],
+        math_equal,
+        RolloutSettings(n=2),
+    )
+    trajectories = run(engine, [{"question": "What is 6 * 7?", "answer": "42"}])
+    for trajectory in trajectories:
+        trajectory.check()
+        assert trajectory.reward == 1.0
+        assert trajectory.messages[2] == {"role": "user", "content": "RESULT: 42"}
+        assert trajectory.ids == rendered_ids(chat, trajectory, (calculator, answer))
+
+
+def test_trajectory_jsonl_round_trip_and_tamper_check(chat, tmp_path):
+    script = [[call("calculator", expression="2+2"), call("answer", answer="4")]]
+    trajectories = run(make_engine(chat, script, n=2), [{"question": "q", "answer": "4"}])
+    path = tmp_path / "t.jsonl"
+    assert write_trajectories(path, trajectories) == 2
+    again = read_trajectories(path)
+    assert [t.to_dict() for t in again] == [t.to_dict() for t in trajectories]
+    for trajectory in again:
+        trajectory.check()
+    again[0].loss_mask[0] = 1
+    with pytest.raises(ValueError):
+        again[0].check()
+    line = json.loads(path.read_text().splitlines()[0])
+    for key in (
+        "ids",
+        "loss_mask",
+        "logprobs",
+        "turns",
+        "messages",
+        "tool_calls",
+        "reward",
+        "reward_extras",
+        "finish_reason",
+        "group_id",
+        "task",
+    ):
+        assert key in line
+    assert line["tool_calls"][0]["latency_s"] >= 0
