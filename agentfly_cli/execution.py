@@ -43,6 +43,9 @@ def is_async_callable(func: Callable[..., Any]) -> bool:
     )
 
 
+_HAS_TIMEOUT_CM = hasattr(asyncio, "timeout")
+
+
 async def call_with_timeout(
     func: Callable[..., Any],
     kwargs: Mapping[str, Any],
@@ -58,6 +61,13 @@ async def call_with_timeout(
     """
     if is_async is None:
         is_async = is_async_callable(func)
+    if is_async and timeout is not None and _HAS_TIMEOUT_CM:
+        # asyncio.timeout (3.11+) runs the coroutine in this task: no extra task per call
+        async with asyncio.timeout(timeout):
+            result = await func(**kwargs)
+            if inspect.isawaitable(result):
+                result = await result
+        return result
     loop = asyncio.get_running_loop()
     deadline = None if timeout is None else loop.time() + timeout
     if is_async:

@@ -191,9 +191,19 @@ def test_envs_list():
     assert "scratchpad" in agentfly("envs", "list").stdout
 
 
-def test_recipes_list_is_empty_but_valid():
+def test_recipes_list_shows_the_packaged_recipes():
     result = agentfly("recipes", "list", "--json")
-    assert result.exit_code == 0 and json.loads(result.stdout) == []
+    assert result.exit_code == 0
+    recipes = {item["name"]: item for item in json.loads(result.stdout)}
+    assert set(recipes) >= {"calculator", "calculator-json"}
+    assert recipes["calculator"]["plugin"] == "builtin_recipes"
+    assert recipes["calculator"]["path"].endswith("calculator.yaml")
+
+
+def test_help_lists_the_rollout_commands():
+    result = agentfly("--help")
+    for command in ("rollout", "eval", "view", "models"):
+        assert command in result.stdout
 
 
 def test_plugins_json_and_human():

@@ -11,8 +11,14 @@ from pathlib import Path
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # Tool-call tags are ordinary (non-special) added tokens, as in Qwen: they survive decoding.
-TAG_TOKENS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>",
-              "<think>", "</think>"]
+TAG_TOKENS = [
+    "<tool_call>",
+    "</tool_call>",
+    "<tool_response>",
+    "</tool_response>",
+    "<think>",
+    "</think>",
+]
 VOCAB_SIZE = 1024
 
 _CORPUS = [

@@ -28,3 +28,8 @@ class RolloutSettings(BaseModel):
     max_observation_chars: int | None = Field(
         None, ge=1, description="cut longer observations; default: the tool's own"
     )
+    gc_threshold: int | None = Field(
+        20_000,
+        ge=0,
+        description="garbage-collector first threshold while chains run (0: leave it alone)",
+    )

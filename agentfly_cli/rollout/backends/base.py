@@ -102,7 +102,7 @@ class Backend(abc.ABC):
         """Load new policy weights: an iterable of ``(name, tensor)`` pairs or a state dict."""
         raise NotImplementedError(f"the {self.name} backend cannot take new weights")
 
-    async def close(self) -> None:
+    async def close(self) -> None:  # noqa: B027 - optional hook
         """Release the model, threads and connections."""
 
     async def __aenter__(self) -> Backend:

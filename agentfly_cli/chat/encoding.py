@@ -1,0 +1,128 @@
+"""Fast, exact tokenization of template text.
+
+Rollouts tokenize the same pieces again and again: the system prompt with its tool list, the
+wrapping of every observation, the generation prompt. A fast tokenizer splits its input at added
+tokens (``<|im_start|>``, ``<tool_call>``) before anything else, and tokenizes the pieces in
+between on their own. So the ids of a text are the ids of its pieces, and each piece can be
+cached. This holds for byte-level BPE tokenizers (Qwen, Llama-3, SmolLM2, GPT-2 style), and is
+switched off where it may not: SentencePiece-style Metaspace pre-tokenizers (which treat the
+first piece differently), added tokens that strip whitespace or match single words, and any
+tokenizer that fails the probe check.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+_CACHE_LIMIT = 200_000
+_PROBES = [
+    "<|im_start|>system\nYou are helpful.<|im_end|>\n<|im_start|>user\nWhat is 2 + 3?<|im_end|>",
+    "<tool_call>\n{\"name\": \"calculator\", \"arguments\": {\"expression\": \"17 * 23\"}}\n"
+    "</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n391\n</tool_response>",
+    "  leading spaces, trailing spaces  \n\n\tTabs, ünïcödé, 日本語, emoji 🙂 and CRLF\r\n",
+]
+
+
+class TextEncoder:
+    """Encodes like ``tokenizer.encode(text, add_special_tokens=False)``, only faster."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self.backend = _fast_backend(tokenizer)
+        self.splitter = _splitter(tokenizer, self.backend) if self.backend is not None else None
+        self._pieces: dict[str, list[int]] = {}
+        self._ids = _added_ids(tokenizer) if self.splitter is not None else {}
+        if self.splitter is not None and not all(
+            self.encode(p) == self._slow(p) for p in _PROBES
+        ):
+            self.splitter = None
+            self._pieces.clear()
+
+    @property
+    def mode(self) -> str:
+        """``pieces`` (cached per piece), ``backend`` (Rust tokenizer) or ``slow``."""
+        if self.splitter is not None:
+            return "pieces"
+        return "backend" if self.backend is not None else "slow"
+
+    def encode(self, text: str) -> list[int]:
+        if self.splitter is not None:
+            ids: list[int] = []
+            pieces = self._pieces
+            for piece in self.splitter.split(text):
+                if not piece:
+                    continue
+                cached = self._ids.get(piece)
+                if cached is not None:
+                    ids.append(cached)
+                    continue
+                cached_ids = pieces.get(piece)
+                if cached_ids is None:
+                    if len(pieces) >= _CACHE_LIMIT:
+                        pieces.clear()
+                    cached_ids = pieces[piece] = self.backend.encode(
+                        piece, add_special_tokens=False
+                    ).ids
+                ids.extend(cached_ids)
+            return ids
+        if self.backend is not None:
+            return self.backend.encode(text, add_special_tokens=False).ids
+        return self._slow(text)
+
+    def decode(self, ids: list[int]) -> str:
+        if self.backend is not None:
+            return self.backend.decode(list(ids), skip_special_tokens=False)
+        return self.tokenizer.decode(
+            list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False
+        )
+
+    def _slow(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+
+def _fast_backend(tokenizer: Any):
+    """The Rust ``tokenizers.Tokenizer`` behind a fast tokenizer, when it gives the same ids."""
+    if not getattr(tokenizer, "is_fast", False):
+        return None
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        return None
+    try:
+        for probe in _PROBES:
+            ids = list(tokenizer.encode(probe, add_special_tokens=False))
+            if backend.encode(probe, add_special_tokens=False).ids != ids:
+                return None
+            slow_text = tokenizer.decode(
+                ids, skip_special_tokens=False, clean_up_tokenization_spaces=False
+            )
+            if backend.decode(ids, skip_special_tokens=False) != slow_text:
+                return None
+    except Exception:
+        return None
+    return backend
+
+
+def _added_ids(tokenizer: Any) -> dict[str, int]:
+    return {str(k): int(v) for k, v in tokenizer.get_added_vocab().items()}
+
+
+def _splitter(tokenizer: Any, backend: Any) -> re.Pattern | None:
+    """A regex that splits text at the added tokens, keeping them; None where unsafe."""
+    try:
+        spec = json.loads(backend.to_str())
+    except Exception:
+        return None
+    if "Metaspace" in json.dumps(spec.get("pre_tokenizer")) or "Prepend" in json.dumps(
+        spec.get("normalizer")
+    ):
+        return None
+    added = spec.get("added_tokens") or []
+    if not added:
+        return None
+    for token in added:
+        if token.get("lstrip") or token.get("rstrip") or token.get("single_word"):
+            return None
+    contents = sorted({t["content"] for t in added if t.get("content")}, key=len, reverse=True)
+    return re.compile("(" + "|".join(re.escape(c) for c in contents) + ")")

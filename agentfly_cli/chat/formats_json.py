@@ -1,0 +1,188 @@
+"""JSON tool-call formats: Hermes/Qwen ``<tool_call>``, Llama-3 JSON, Mistral ``[TOOL_CALLS]``."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from agentfly_cli.chat.parsed import (
+    BaseParser,
+    ParsedResponse,
+    ParseError,
+    ToolCall,
+    call_from_json,
+    json_values,
+    strip_fence,
+)
+
+
+def _add_calls(
+    value: Any, raw: str, fmt: str, calls: list[ToolCall], errors: list[ParseError]
+) -> None:
+    """A decoded value is one call, or a list of calls."""
+    for item in value if isinstance(value, list) else [value]:
+        result = call_from_json(item, raw, fmt)
+        (calls if isinstance(result, ToolCall) else errors).append(result)
+
+
+def _decode_one(text: str, pos: int = 0) -> tuple[Any, int] | str:
+    """One JSON value at ``pos`` (after whitespace): (value, end), or why it is not JSON."""
+    while pos < len(text) and text[pos].isspace():
+        pos += 1
+    try:
+        return json.JSONDecoder().raw_decode(text, pos)
+    except ValueError as exc:
+        return f"invalid JSON ({getattr(exc, 'msg', exc)} at character {getattr(exc, 'pos', pos)})"
+    except RecursionError:
+        return "invalid JSON (nested too deeply)"
+
+
+class HermesParser(BaseParser):
+    """Hermes / Qwen: ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``, any number."""
+
+    name = "hermes"
+    expected = (
+        'Write each tool call as <tool_call>{"name": "<tool name>", "arguments": {...}}'
+        "</tool_call>."
+    )
+    OPEN, CLOSE = "<tool_call>", "</tool_call>"
+
+    def parse_body(self, body: str) -> ParsedResponse:
+        calls: list[ToolCall] = []
+        errors: list[ParseError] = []
+        content: list[str] = []
+        pos = 0
+        while pos <= len(body):
+            start = body.find(self.OPEN, pos)
+            stray = body.find(self.CLOSE, pos)
+            if stray >= 0 and (start < 0 or stray < start):
+                content.append(body[pos:stray])
+                errors.append(
+                    ParseError(
+                        f"found {self.CLOSE} without an opening {self.OPEN}. {self.expected}",
+                        body[pos : stray + len(self.CLOSE)].strip(),
+                    )
+                )
+                pos = stray + len(self.CLOSE)
+                continue
+            if start < 0:
+                content.append(body[pos:])
+                break
+            content.append(body[pos:start])
+            end = body.find(self.CLOSE, start + len(self.OPEN))
+            if end < 0:
+                errors.append(
+                    ParseError(
+                        f"{self.OPEN} is not closed with {self.CLOSE}. {self.expected}",
+                        body[start:],
+                    )
+                )
+                break
+            raw = body[start : end + len(self.CLOSE)]
+            self._decode(strip_fence(body[start + len(self.OPEN) : end]), raw, calls, errors)
+            pos = end + len(self.CLOSE)
+        return ParsedResponse("".join(content).strip(), calls, errors)
+
+    def _decode(
+        self, inner: str, raw: str, calls: list[ToolCall], errors: list[ParseError]
+    ) -> None:
+        if not inner:
+            errors.append(ParseError(f"empty {self.OPEN}. {self.expected}", raw))
+            return
+        values, problem = json_values(inner)
+        for value, _ in values:
+            _add_calls(value, raw, self.expected, calls, errors)
+        if problem:
+            errors.append(ParseError(f"{problem} inside {self.OPEN}. {self.expected}", raw))
+
+
+class Llama3JsonParser(BaseParser):
+    """Llama 3.x: ``{"name": ..., "parameters": {...}}``, optionally after ``<|python_tag|>``;
+    several calls separated by ``;``."""
+
+    name = "llama3_json"
+    expected = (
+        'Call a tool with a JSON object {"name": "<tool name>", "parameters": {...}}; '
+        'separate several calls with ";".'
+    )
+    TAG = "<|python_tag|>"
+    _START = re.compile(r'\{\s*"name"\s*:')
+
+    def parse_body(self, body: str) -> ParsedResponse:
+        tag = body.find(self.TAG)
+        if tag >= 0:
+            return self._after_tag(body[:tag], body[tag + len(self.TAG) :])
+        calls: list[ToolCall] = []
+        errors: list[ParseError] = []
+        gaps: list[str] = []
+        pos = scan = 0
+        for match in self._START.finditer(body):
+            if match.start() < scan:
+                continue
+            decoded = _decode_one(body, match.start())
+            if isinstance(decoded, str):
+                errors.append(
+                    ParseError(f"{decoded} in a tool call. {self.expected}", body[match.start() :])
+                )
+                gaps.append(body[pos : match.end()])
+                pos = scan = match.end()
+                continue
+            value, end = decoded
+            scan = end
+            if not self._is_call(value):
+                continue  # JSON that merely has a "name" field stays text
+            gaps.append(body[pos : match.start()])
+            _add_calls(value, body[match.start() : end], self.expected, calls, errors)
+            pos = end
+        gaps.append(body[pos:])
+        content = "".join(g for g in gaps if g.strip(" \t\r\n;"))
+        return ParsedResponse(content.strip(), calls, errors)
+
+    @staticmethod
+    def _is_call(value: Any) -> bool:
+        if not isinstance(value, dict) or not isinstance(value.get("name"), str):
+            return False
+        return "parameters" in value or "arguments" in value or len(value) == 1
+
+    def _after_tag(self, before: str, region: str) -> ParsedResponse:
+        calls: list[ToolCall] = []
+        errors: list[ParseError] = []
+        values, problem = json_values(strip_fence(region.replace(self.TAG, ";")))
+        for value, raw in values:
+            _add_calls(value, raw, self.expected, calls, errors)
+        if problem:
+            errors.append(ParseError(f"{problem} after {self.TAG}. {self.expected}", region))
+        return ParsedResponse(before.strip(), calls, errors)
+
+
+class MistralParser(BaseParser):
+    """Mistral: ``[TOOL_CALLS] [{"name": ..., "arguments": {...}}, ...]`` (also the newer
+    ``[TOOL_CALLS]name[ARGS]{...}``)."""
+
+    name = "mistral"
+    expected = (
+        "Call tools with [TOOL_CALLS] and a JSON list: "
+        '[TOOL_CALLS] [{"name": "<tool name>", "arguments": {...}}].'
+    )
+    MARK = "[TOOL_CALLS]"
+    _NAMED = re.compile(r"\s*([A-Za-z0-9_.\-]+)(?:\[CALL_ID\]([A-Za-z0-9_\-]*))?\[ARGS\]")
+
+    def parse_body(self, body: str) -> ParsedResponse:
+        calls: list[ToolCall] = []
+        errors: list[ParseError] = []
+        parts = body.split(self.MARK)
+        content = [parts[0]]
+        for part in parts[1:]:
+            named = self._NAMED.match(part)
+            decoded = _decode_one(part, named.end() if named else 0)
+            if isinstance(decoded, str):
+                errors.append(ParseError(f"{decoded} after {self.MARK}. {self.expected}", part))
+                continue
+            value, end = decoded
+            raw = self.MARK + part[:end]
+            if named:
+                value = {"name": named.group(1), "arguments": value, "id": named.group(2) or ""}
+            _add_calls(value, raw, self.expected, calls, errors)
+            content.append(part[end:])
+        return ParsedResponse("".join(content).strip(), calls, errors)

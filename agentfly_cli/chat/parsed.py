@@ -1,0 +1,210 @@
+"""What a tool-call parser returns, and what every format shares (think blocks, JSON calls)."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class ToolCall:
+    """One call the model asked for. ``arguments`` is a str when it was not a JSON object."""
+
+    name: str
+    arguments: dict | str
+    id: str = ""  # the parser may leave it empty; the engine assigns ids
+    raw: str = ""
+
+
+@dataclass
+class ParseError:
+    """Markup the model got wrong. ``message`` is the observation the model will read."""
+
+    message: str
+    raw: str = ""
+
+
+@dataclass
+class ParsedResponse:
+    """One assistant turn, parsed."""
+
+    content: str
+    calls: list[ToolCall] = field(default_factory=list)
+    errors: list[ParseError] = field(default_factory=list)
+    reasoning: str | None = None  # text inside <think>...</think>
+    answer: str | None = None  # a final answer the format itself marks (ReAct, line protocol)
+
+
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+# End-of-turn markers that may trail decoded text; never part of the content.
+_TRAILING_MARKERS = (
+    "<|im_end|>",
+    "<|eot_id|>",
+    "<|eom_id|>",
+    "<|endoftext|>",
+    "</s>",
+    "<end_of_turn>",
+    "<|end|>",
+)
+
+
+def strip_trailing_markers(text: str) -> str:
+    """Drop end-of-turn markers (and whitespace) at the end of ``text``."""
+    while True:
+        stripped = text.rstrip()
+        for marker in _TRAILING_MARKERS:
+            if stripped.endswith(marker):
+                text = stripped[: -len(marker)]
+                break
+        else:
+            return text
+
+
+def split_think(text: str) -> tuple[str | None, str]:
+    """Split ``text`` into (reasoning, the rest).
+
+    ``<think>...</think>`` blocks are reasoning; an unclosed ``<think>`` swallows the rest. A
+    ``</think>`` before any ``<think>`` closes a block that the prompt opened, so the text before
+    it is reasoning too. Reasoning is None when the text has no think tags at all.
+    """
+    if THINK_OPEN not in text and THINK_CLOSE not in text:
+        return None, text
+    thoughts: list[str] = []
+    rest: list[str] = []
+    first_close, first_open = text.find(THINK_CLOSE), text.find(THINK_OPEN)
+    if first_close >= 0 and (first_open < 0 or first_close < first_open):
+        thoughts.append(text[:first_close])
+        text = text[first_close + len(THINK_CLOSE) :]
+    while text:
+        start = text.find(THINK_OPEN)
+        if start < 0:
+            rest.append(text)
+            break
+        rest.append(text[:start])
+        end = text.find(THINK_CLOSE, start + len(THINK_OPEN))
+        if end < 0:
+            thoughts.append(text[start + len(THINK_OPEN) :])
+            break
+        thoughts.append(text[start + len(THINK_OPEN) : end])
+        text = text[end + len(THINK_CLOSE) :]
+    content = "".join(rest).replace(THINK_CLOSE, "")
+    return "\n".join(t.strip() for t in thoughts if t.strip()), content
+
+
+_FENCE = re.compile(r"^\s*```[A-Za-z0-9_-]*\s*\n?(.*?)\n?\s*```\s*$", re.DOTALL)
+
+
+def strip_fence(text: str) -> str:
+    """The inside of a Markdown code fence around the whole text, else the text stripped."""
+    match = _FENCE.match(text)
+    return (match.group(1) if match else text).strip()
+
+
+def call_from_json(obj: Any, raw: str, fmt: str) -> ToolCall | ParseError:
+    """A call from a decoded JSON object ``{"name": ..., "arguments"|"parameters": {...}}``.
+
+    ``fmt`` is the format hint appended to error messages. A string ``arguments`` is decoded
+    when it holds a JSON object and kept as a str otherwise (the tool then reports it).
+    """
+    if isinstance(obj, dict) and "name" not in obj and isinstance(obj.get("function"), dict):
+        obj = obj["function"]  # OpenAI style {"type": "function", "function": {...}}
+    if not isinstance(obj, dict):
+        return ParseError(f"a tool call must be a JSON object, got {_kind(obj)}. {fmt}", raw)
+    name = obj.get("name")
+    if not isinstance(name, str) or not name.strip():
+        return ParseError(f'the tool call has no "name" string. {fmt}', raw)
+    key = next((k for k in ("arguments", "parameters") if k in obj), None)
+    arguments = obj.get(key) if key else {}
+    if arguments is None:
+        arguments = {}
+    if isinstance(arguments, str):
+        try:
+            decoded = json.loads(arguments)
+        except (ValueError, RecursionError):
+            decoded = None
+        if isinstance(decoded, dict):
+            arguments = decoded
+    elif not isinstance(arguments, dict):
+        return ParseError(
+            f'the arguments of "{name.strip()}" must be a JSON object, got {_kind(arguments)}. '
+            f"{fmt}",
+            raw,
+        )
+    call_id = obj.get("id")
+    return ToolCall(name.strip(), arguments, call_id if isinstance(call_id, str) else "", raw)
+
+
+def _kind(value: Any) -> str:
+    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}
+    if value is None:
+        return "null"
+    return names.get(type(value), "a number" if isinstance(value, (int, float)) else "a value")
+
+
+def json_values(text: str) -> tuple[list[tuple[Any, str]], str | None]:
+    """Decode the JSON values in ``text`` one after another (separated by whitespace, "," or ";").
+
+    Returns the (value, raw) pairs and, where decoding stopped early, why.
+    """
+    decoder = json.JSONDecoder()
+    values: list[tuple[Any, str]] = []
+    pos, size = 0, len(text)
+    while True:
+        while pos < size and (text[pos].isspace() or text[pos] in ",;"):
+            pos += 1
+        if pos >= size:
+            return values, None
+        try:
+            value, end = decoder.raw_decode(text, pos)
+        except ValueError as exc:
+            message = getattr(exc, "msg", str(exc))
+            return values, f"invalid JSON ({message} at character {getattr(exc, 'pos', pos)})"
+        except RecursionError:
+            return values, "invalid JSON (nested too deeply)"
+        values.append((value, text[pos:end]))
+        pos = end
+
+
+class BaseParser:
+    """Shared frame of every format: think blocks out, never raise, always a ParsedResponse."""
+
+    name = ""
+    expected = ""  # one sentence on the expected format, appended to error messages
+
+    @classmethod
+    def from_options(cls, options: dict | None = None) -> BaseParser:
+        """Build from recipe options. Formats without options ignore them, so that a recipe's
+        options for its own parser do not block ``--parser`` overriding it."""
+        return cls()
+
+    def parse(self, text: str) -> ParsedResponse:
+        """Parse one assistant turn's text. Any input gives a ParsedResponse."""
+        try:
+            text = "" if text is None else str(text)
+            reasoning, body = split_think(strip_trailing_markers(text))
+            result = self.parse_body(body)
+            result.reasoning = reasoning
+            return result
+        except Exception as exc:  # a parser bug must not end a rollout: report it as data
+            return ParsedResponse(
+                content="",
+                errors=[
+                    ParseError(
+                        f"the response could not be parsed ({type(exc).__name__}). {self.expected}",
+                        _safe_str(text),
+                    )
+                ],
+            )
+
+    def parse_body(self, body: str) -> ParsedResponse:
+        """Parse text that has no think blocks left."""
+        raise NotImplementedError
+
+
+def _safe_str(value: Any) -> str:
+    try:
+        return str(value)
+    except Exception:
+        return ""

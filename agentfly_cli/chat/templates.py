@@ -1,0 +1,407 @@
+"""Chat templates: the first prompt, and the exact token delta of each tool-result turn.
+
+The rollout never re-renders a whole conversation. It renders the first prompt once, appends the
+ids the model sampled, and after each assistant turn appends the template's *delta*: the text the
+template puts between that turn's end-of-turn token and the next generation prompt. The delta is
+found by rendering a fixed canonical conversation with and without the new messages, so it is
+right even for templates that rewrite earlier turns (Qwen3 drops old ``<think>`` blocks).
+"""
+
+from __future__ import annotations
+
+import os
+import string
+from pathlib import Path
+from typing import Any
+
+import pydantic
+
+from agentfly_cli.chat.encoding import TextEncoder
+from agentfly_cli.chat.sources import TemplateSource, guess_parser, resolve_template
+from agentfly_cli.errors import UserError
+
+# Canonical conversation used to measure deltas. The sentinel is plain ASCII so that every
+# template passes it through unchanged and no tokenizer merges it with its neighbours.
+SENTINEL = "AGENTFLYSENTINELREPLY"
+_CANONICAL_USER = "AGENTFLYSENTINELQUERY"
+_PLACEHOLDERS = {"observation", "name"}
+_PROMPT_CACHE_SIZE = 4096
+_SLOT = "AGENTFLYSLOT{}X"
+_PROBE = "  \n<probe {} & 'q' \"x\" {{y}} \\ >\n  "
+
+
+class ChatTemplateError(UserError):
+    """A chat template that cannot render, or whose turns cannot be cut into exact deltas."""
+
+
+class ObservationFormat(pydantic.BaseModel):
+    """How tool results come back to the model (per recipe).
+
+    With ``role="tool"`` each result is its own tool message. With any other role (e.g. "user"
+    for templates without a tool role) all results of one turn go into one message, joined by
+    newlines. ``template`` formats each result; placeholders: ``{observation}``, ``{name}``.
+    """
+
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
+
+    role: str = "tool"
+    template: str = "{observation}"
+
+    @pydantic.field_validator("role")
+    @classmethod
+    def _check_role(cls, role: str) -> str:
+        if not role.strip():
+            raise ValueError('role must not be empty; use "tool" or e.g. "user"')
+        return role
+
+    @pydantic.field_validator("template")
+    @classmethod
+    def _check_template(cls, template: str) -> str:
+        try:
+            fields = {f for _, f, _, _ in string.Formatter().parse(template) if f is not None}
+        except ValueError as exc:
+            raise ValueError(
+                f"bad format string ({exc}); write literal braces as {{{{ }}}}"
+            ) from exc
+        unknown = fields - _PLACEHOLDERS
+        if unknown:
+            raise ValueError(
+                f"unknown placeholder(s) {', '.join(sorted(unknown))}; use {{observation}} "
+                "and {name}"
+            )
+        if "observation" not in fields:
+            raise ValueError("template must contain {observation}, e.g. 'RESULT: {observation}'")
+        return template
+
+    def format(self, name: str | None, observation: str) -> str:
+        """One result as the model will read it."""
+        return self.template.format(observation=observation, name=name or "")
+
+
+def load_tokenizer(spec: str | os.PathLike):
+    """A tokenizer from a local folder (never from a hub)."""
+    from transformers import AutoTokenizer
+
+    path = Path(spec).expanduser()
+    if not path.is_dir():
+        raise UserError(
+            f"tokenizer folder {os.fspath(spec)!r} not found; pass a local model folder"
+        )
+    try:
+        return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    except Exception as exc:  # transformers raises many kinds for a broken folder
+        raise UserError(
+            f"cannot load a tokenizer from {os.fspath(spec)!r} ({type(exc).__name__}: {exc}); "
+            "the folder needs tokenizer.json or the tokenizer's vocabulary files"
+        ) from exc
+
+
+class ChatTemplate:
+    """A tokenizer plus the chat template that renders its conversations."""
+
+    def __init__(
+        self,
+        tokenizer,
+        source: TemplateSource,
+        observation: ObservationFormat | None = None,
+        chat_template_kwargs: dict | None = None,
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.name = source.name
+        self.source = source.text
+        self.observation = observation or ObservationFormat()
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self.default_parser = guess_parser(source.text)
+        self._canonical = [
+            {"role": "user", "content": _CANONICAL_USER},
+            {"role": "assistant", "content": SENTINEL},
+        ]
+        self._frames: dict[tuple, tuple[Any, DeltaFrame | None]] = {}
+        self._prompts: dict[tuple, tuple[Any, list[int]]] = {}
+        self._encoder = TextEncoder(tokenizer)
+        self._eot_text, self._before_eot = self._find_turn_end()
+        eot_id = self._single_id(self._eot_text)
+        self.eot_token_ids: list[int] = [eot_id]
+        eos_id = getattr(tokenizer, "eos_token_id", None)
+        if isinstance(eos_id, int) and eos_id != eot_id:
+            self.eot_token_ids.append(eos_id)
+
+    @classmethod
+    def load(
+        cls,
+        tokenizer,
+        template: str | os.PathLike | None = None,
+        observation: ObservationFormat | None = None,
+        chat_template_kwargs: dict | None = None,
+    ) -> ChatTemplate:
+        """Load from a tokenizer (or a tokenizer folder) and an optional template override.
+
+        ``template``: None for the tokenizer's own, a packaged name, or a path to a .jinja file.
+        """
+        if isinstance(tokenizer, (str, os.PathLike)):
+            tokenizer = load_tokenizer(tokenizer)
+        source = resolve_template(tokenizer, template)
+        return cls(tokenizer, source, observation, chat_template_kwargs)
+
+    def __repr__(self) -> str:
+        return f"ChatTemplate(name={self.name!r}, eot={self._eot_text!r})"
+
+    # -- rendering -----------------------------------------------------------------------------
+    def render_text(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict] | None = None,
+        add_generation_prompt: bool = False,
+    ) -> str:
+        """The template's text for ``messages`` (tools as OpenAI function schemas)."""
+        try:
+            text = self.tokenizer.apply_chat_template(
+                list(messages),
+                tools=tools or None,
+                chat_template=self.source,
+                add_generation_prompt=add_generation_prompt,
+                tokenize=False,
+                **self.chat_template_kwargs,
+            )
+        except Exception as exc:  # Jinja errors, raise_exception(), type errors in the template
+            raise ChatTemplateError(
+                f"chat template {self.name!r} failed to render the conversation "
+                f"({type(exc).__name__}: {exc}); fix the messages or pass another --template"
+            ) from exc
+        return text
+
+    def render_prompt(
+        self, messages: list[dict[str, Any]], tools: list[dict] | None = None
+    ) -> list[int]:
+        """Token ids of the first prompt, ending with the generation prompt.
+
+        The ``n`` chains of a task share their prompt, so recent prompts are cached.
+        """
+        try:
+            key = (repr(messages), id(tools))
+        except Exception:  # an unprintable message: no caching
+            key = None
+        cached = self._prompts.get(key) if key is not None else None
+        if cached is not None and cached[0] is tools:
+            return list(cached[1])
+        ids = self.encode_text(self.render_text(messages, tools, add_generation_prompt=True))
+        if key is not None:
+            if len(self._prompts) >= _PROMPT_CACHE_SIZE:
+                self._prompts.pop(next(iter(self._prompts)))
+            self._prompts[key] = (tools, ids)
+        return list(ids)
+
+    def encode_text(self, text: str) -> list[int]:
+        """Tokenize template text as is (special tokens written in it count; none are added)."""
+        return self._encoder.encode(text)
+
+    def decode(self, ids: list[int]) -> str:
+        """Text of ``ids``, special tokens included."""
+        return self._encoder.decode(ids)
+
+    def encode_response(self, text: str) -> list[int]:
+        """Ids "as if sampled" for a scripted assistant turn: the text, then the end-of-turn id."""
+        if text.endswith(self._eot_text):
+            return self.encode_text(text)
+        return self.encode_text(text + self._before_eot) + [self.eot_token_ids[0]]
+
+    # -- tool results --------------------------------------------------------------------------
+    def observation_messages(
+        self, results: list[tuple[str | None, str | None, str]]
+    ) -> list[dict[str, Any]]:
+        """Messages for one turn's results ``(tool name, tool call id, observation text)``."""
+        fmt = self.observation
+        if fmt.role == "tool":
+            messages = []
+            for name, call_id, text in results:
+                message: dict[str, Any] = {
+                    "role": "tool",
+                    "content": fmt.format(name, text),
+                    "name": name or "",
+                }
+                if call_id is not None:
+                    message["tool_call_id"] = call_id
+                messages.append(message)
+            return messages
+        if not results:
+            return []
+        joined = "\n".join(fmt.format(name, text) for name, _, text in results)
+        return [{"role": fmt.role, "content": joined}]
+
+    def observation_delta(
+        self, messages: list[dict[str, Any]], tools: list[dict] | None = None
+    ) -> list[int]:
+        """Ids that follow an assistant turn ended by its end-of-turn token: the template's text
+        after that token, then ``messages``, then the next generation prompt."""
+        # Tokenized behind the end-of-turn token, as in the full conversation, so that tokenizers
+        # which treat the start of a text specially (a SentencePiece dummy prefix) agree.
+        text = self.delta_text(messages, tools)
+        ids = self.encode_text(self._eot_text + text)
+        return ids[1:] if ids[:1] == self.eot_token_ids[:1] else self.encode_text(text)
+
+    def delta_text(self, messages: list[dict[str, Any]], tools: list[dict] | None = None) -> str:
+        """The text of :meth:`observation_delta`.
+
+        Rendering twice per turn is the slow part of a rollout, so the delta of each message
+        shape (roles, names, tool count) is measured once as a frame with the contents left as
+        slots. A frame is used only when the template is shown to copy contents verbatim (a
+        probe with whitespace, quotes and markup renders identically); else every turn renders.
+        """
+        key = (_shape(messages), id(tools))
+        entry = self._frames.get(key)
+        if entry is None or entry[0] is not tools:
+            entry = (tools, DeltaFrame.measure(self, messages, tools))
+            self._frames[key] = entry
+        frame = entry[1]
+        if frame is None:
+            return self._render_delta(messages, tools)
+        return frame.fill(_slot_values(messages))
+
+    def _render_delta(self, messages: list[dict[str, Any]], tools: list[dict] | None) -> str:
+        before = self.render_text(self._canonical, tools)
+        after = self.render_text(
+            self._canonical + list(messages), tools, add_generation_prompt=True
+        )
+        start_before, end_before = self._assistant_turn(before)
+        start_after, end_after = self._assistant_turn(after)
+        if before[start_before:end_before] != after[start_after:end_after]:
+            raise ChatTemplateError(
+                f"chat template {self.name!r} ends an assistant turn differently once "
+                f"{_roles(messages)} follow ({before[start_before:end_before]!r} vs "
+                f"{after[start_after:end_after]!r}), so sampled turns cannot be kept as sampled; "
+                "pass another --template"
+            )
+        return after[end_after:]
+
+    # -- internals -----------------------------------------------------------------------------
+    def _assistant_turn(self, text: str) -> tuple[int, int]:
+        """Span from the canonical assistant content to the end of its end-of-turn token."""
+        start = text.find(SENTINEL)
+        if start < 0 or text.count(SENTINEL) != 1:
+            raise ChatTemplateError(
+                f"chat template {self.name!r} does not write an assistant message's content "
+                "verbatim, so turn deltas cannot be found; pass another --template"
+            )
+        end = text.find(self._eot_text, start + len(SENTINEL))
+        if end < 0:
+            raise ChatTemplateError(
+                f"chat template {self.name!r} does not end an assistant turn with "
+                f"{self._eot_text!r} once tool results follow; pass another --template"
+            )
+        return start, end + len(self._eot_text)
+
+    def _find_turn_end(self) -> tuple[str, str]:
+        """The end-of-turn token text after an assistant turn, and any text the template puts
+        between the content and it."""
+        text = self.render_text(self._canonical)
+        start = text.find(SENTINEL)
+        if start < 0:
+            raise ChatTemplateError(
+                f"chat template {self.name!r} does not write an assistant message's content "
+                "verbatim; pass another --template"
+            )
+        tail = text[start + len(SENTINEL) :]
+        best: tuple[int, int, str] | None = None
+        for tokens in _added_tokens(self.tokenizer):  # special tokens first, then other added ones
+            for token in tokens:
+                pos = tail.find(token)
+                if pos >= 0 and (best is None or (pos, -len(token)) < best[:2]):
+                    best = (pos, -len(token), token)
+            if best is not None:
+                break
+        if best is None:
+            raise ChatTemplateError(
+                f"chat template {self.name!r} ends assistant turns with no special token of the "
+                "tokenizer, so the model cannot stop a turn; pass --template (e.g. chatml)"
+            )
+        return best[2], tail[: best[0]]
+
+    def _single_id(self, token: str) -> int:
+        ids = self.encode_text(token)
+        if len(ids) != 1:
+            raise ChatTemplateError(
+                f"end-of-turn text {token!r} of template {self.name!r} is not one token; "
+                "pass another --template"
+            )
+        return ids[0]
+
+
+def _added_tokens(tokenizer) -> tuple[list[str], list[str]]:
+    """The tokenizer's special tokens, and its other added tokens (e.g. Qwen's <tool_call>)."""
+    special = set(getattr(tokenizer, "all_special_tokens", None) or [])
+    decoder = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    special.update(t.content for t in decoder.values() if getattr(t, "special", False))
+    added = set(tokenizer.get_added_vocab()) - special
+    return sorted(t for t in special if t), sorted(t for t in added if t)
+
+
+def _roles(messages: list[dict[str, Any]]) -> str:
+    roles = sorted({str(m.get("role")) for m in messages})
+    return " and ".join(f"{r!r} messages" for r in roles) if roles else "no messages"
+
+
+def _slot_fields(message: dict[str, Any]) -> list[str]:
+    """The string fields of a message whose values vary from call to call."""
+    return [k for k in ("content", "tool_call_id") if isinstance(message.get(k), str)]
+
+
+def _shape(messages: list[dict[str, Any]]) -> tuple:
+    """What a delta frame depends on: everything but the slot values."""
+    shape = []
+    for message in messages:
+        slots = _slot_fields(message)
+        rest = tuple(sorted((k, repr(v)) for k, v in message.items() if k not in slots))
+        shape.append((tuple(slots), rest))
+    return tuple(shape)
+
+
+def _slot_values(messages: list[dict[str, Any]]) -> list[str]:
+    return [m[k] for m in messages for k in _slot_fields(m)]
+
+
+def _with_slots(messages: list[dict[str, Any]], values: list[str]) -> list[dict[str, Any]]:
+    out, it = [], iter(values)
+    for message in messages:
+        copy = dict(message)
+        for key in _slot_fields(message):
+            copy[key] = next(it)
+        out.append(copy)
+    return out
+
+
+class DeltaFrame:
+    """A measured delta with its slot values cut out: literal text around numbered slots."""
+
+    def __init__(self, literals: list[str], order: list[int]) -> None:
+        self.literals = literals  # len(order) + 1 pieces
+        self.order = order  # which slot value goes between literals[i] and literals[i + 1]
+
+    def fill(self, values: list[str]) -> str:
+        parts = [self.literals[0]]
+        for slot, literal in zip(self.order, self.literals[1:], strict=True):
+            parts.append(values[slot])
+            parts.append(literal)
+        return "".join(parts)
+
+    @classmethod
+    def measure(cls, chat: ChatTemplate, messages, tools) -> DeltaFrame | None:
+        """The frame of this message shape, or None when contents are not copied verbatim."""
+        count = len(_slot_values(messages))
+        marks = [_SLOT.format(i) for i in range(count)]
+        text = chat._render_delta(_with_slots(messages, marks), tools)
+        found = sorted((text.find(m), i) for i, m in enumerate(marks) if m in text)
+        if any(text.count(marks[i]) != 1 for _, i in found):
+            return None
+        literals, order, position = [], [], 0
+        for start, slot in found:
+            literals.append(text[position:start])
+            order.append(slot)
+            position = start + len(marks[slot])
+        literals.append(text[position:])
+        frame = cls(literals, order)
+        # different values everywhere (also in slots the template does not show, such as a
+        # tool_call_id) must render exactly as the frame fills them
+        probes = [_PROBE.format(i) for i in range(count)]
+        if chat._render_delta(_with_slots(messages, probes), tools) != frame.fill(probes):
+            return None
+        return frame
