@@ -67,7 +67,7 @@ REALDATA = REPO_ROOT.parent / "shared" / "realdata"
 def realdata() -> Path:
     """The real tokenizers and templates in ../shared/realdata (skips where absent)."""
     if not REALDATA.is_dir():
-        pytest.skip(f"real tokenizers not found at {REALDATA} (../shared/realdata beside a checkout)")
+        pytest.skip(f"real tokenizers not found at {REALDATA} (../shared/realdata)")
     return REALDATA
 
 
