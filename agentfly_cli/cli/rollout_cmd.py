@@ -63,6 +63,7 @@ def execute(config, *, quiet: bool, out: str | None):
 
     from agentfly_cli.rollout.runner import build_rollout, run_rollout
 
+    _quiet_transformers()
     console = stderr_console()
     with (
         console.status("loading model, template and tools…", spinner="dots")
@@ -93,6 +94,14 @@ def execute(config, *, quiet: bool, out: str | None):
 
         result = run_rollout(run, out=out, on_finish=finished)
     return run, result
+
+
+def _quiet_transformers() -> None:
+    """No weight-loading progress bars or advisory logs between our progress and summary."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
 
 
 class _null:

@@ -1,0 +1,540 @@
+"""The ``hf`` backend: a transformers model on CPU or CUDA, concurrent requests batched.
+
+Requests from many chains meet in a queue. One asyncio worker task admits them into a running
+batch and runs every forward pass in one worker thread, so the event loop never blocks. The
+batch is continuous: new requests are prefilled and merged into the KV cache (left padding,
+attention mask, per-row position ids) at any decode step, and finished rows drop out.
+
+Logprobs: each sampled token's logprob is taken from the raw model distribution (log-softmax
+of the logits at temperature 1, before top-k and top-p), as vLLM returns by default. This is
+what PPO-style ratios against the trainer's own forward pass need. The token itself is sampled
+from the tempered, filtered distribution; temperature 0 is greedy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import logging
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentfly_cli.errors import UserError
+from agentfly_cli.rollout.backends.base import (
+    Backend,
+    BackendConfig,
+    BackendUnavailableError,
+    Generation,
+    RequestContext,
+    SamplingParams,
+)
+
+log = logging.getLogger(__name__)
+
+_GREEDY_BELOW = 1e-5  # temperatures below this sample greedily
+_STRIP_PREFIXES = ("module.", "_orig_mod.", "_fsdp_wrapped_module.")
+
+
+@dataclass(eq=False)
+class _Request:
+    """One ``generate`` call waiting for, or taking part in, the batch."""
+
+    prompt_ids: list[int]
+    params: SamplingParams
+    future: asyncio.Future
+    stop_ids: frozenset[int]
+    max_new: int
+    seed: int
+    queued_at: float = field(default_factory=time.perf_counter)
+
+
+@dataclass(eq=False)
+class _Row:
+    """A request's state inside the running batch (touched by the model thread only)."""
+
+    req: _Request
+    generator: Any  # torch.Generator
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    passes: int = 0
+    max_batch: int = 0
+    admitted_at: float = 0.0
+
+
+def _pick_device(name: str) -> str:
+    import torch
+
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise BackendUnavailableError(
+            f"hf backend: device {name!r} asked for but CUDA is not available; "
+            "set backend.device to cpu or auto"
+        )
+    return name
+
+
+def _pick_dtype(name: str, device: str):
+    import torch
+
+    if name == "auto":
+        if device.startswith("cuda"):
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
+        return torch.float32
+    dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+    if name not in dtypes:
+        raise UserError(
+            f"backend.dtype {name!r} is not known; use one of: auto, {', '.join(dtypes)}"
+        )
+    return dtypes[name]
+
+
+def _as_ids(value: Any) -> set[int]:
+    if value is None:
+        return set()
+    if isinstance(value, int):
+        return {value}
+    return {int(v) for v in value}
+
+
+class HFBackend(Backend):
+    """Token-in, token-out generation with a transformers model and continuous batching."""
+
+    name = "hf"
+    returns_tokens = True
+
+    def __init__(self, config: BackendConfig, tokenizer: Any = None, model: Any = None):
+        """Load ``config.model`` (a local folder), or wrap an already loaded ``model``."""
+        try:
+            import torch
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+        except ImportError as exc:  # pragma: no cover - torch and transformers are core deps
+            raise BackendUnavailableError(
+                f"the hf backend needs torch and transformers ({exc}); "
+                "run `pip install agentfly-cli` again"
+            ) from exc
+        self.config = config
+        if model is None:
+            if not config.model:
+                raise UserError("the hf backend needs backend.model: a model folder or alias")
+            self.device = _pick_device(config.device)
+            dtype = _pick_dtype(config.dtype, self.device)
+            model = AutoModelForCausalLM.from_pretrained(config.model, dtype=dtype)
+            model.to(self.device)
+        else:
+            self.device = str(next(model.parameters()).device)
+        if tokenizer is None:
+            tokenizer = AutoTokenizer.from_pretrained(config.tokenizer or config.model)
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.dtype = next(model.parameters()).dtype
+        self._torch = torch
+
+        gen_config = getattr(model, "generation_config", None)
+        self.eos_ids = frozenset(
+            _as_ids(getattr(tokenizer, "eos_token_id", None))
+            | _as_ids(getattr(gen_config, "eos_token_id", None))
+        )
+        pad = getattr(tokenizer, "pad_token_id", None)
+        self.pad_id = pad if pad is not None else (min(self.eos_ids) if self.eos_ids else 0)
+        self.max_context = getattr(model.config, "max_position_embeddings", None) or 1 << 30
+        import inspect
+
+        self._logits_to_keep = "logits_to_keep" in inspect.signature(model.forward).parameters
+        # forward_passes, prefill_passes, decode_passes, generated_tokens, prompt_tokens,
+        # max_batch_size_seen, forward_seconds, step_seconds, weight_updates, weights_loaded
+        self.stats: collections.Counter[str] = collections.Counter()
+        self._seeds = random.Random(config.seed)
+        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="agentfly-hf")
+        # Model-thread state: the running batch.
+        self._rows: list[_Row] = []
+        self._cache: Any = None
+        self._mask: Any = None  # [B, T] 1 where the cache holds a real token
+        self._pos: Any = None  # [B] position id of each row's next token
+        self._last: Any = None  # [B] the token each row feeds next
+        self._can_merge = True
+        # Event-loop state.
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._worker: asyncio.Task | None = None
+        self._pending: collections.deque[_Request] = collections.deque()
+        self._active: set[_Request] = set()
+        self._wakeup: asyncio.Event | None = None
+        self._idle: asyncio.Event | None = None
+        self._weights_lock: asyncio.Lock | None = None
+        self._paused = False
+        self._closed = False
+
+    # ---- public API -------------------------------------------------------------------------
+
+    @property
+    def forward_passes(self) -> int:
+        """How many forward passes the model ran (prefills and decode steps)."""
+        return self.stats["forward_passes"]
+
+    async def generate(
+        self, prompt_ids: list[int], params: SamplingParams, context: RequestContext | None = None
+    ) -> Generation:
+        """Sample one response; concurrent calls share forward passes."""
+        if self._closed:
+            raise BackendUnavailableError("the hf backend is closed")
+        prompt = [int(t) for t in prompt_ids]
+        if not prompt:
+            raise ValueError("hf backend: prompt_ids is empty")
+        max_new = min(params.max_tokens, self.max_context - len(prompt))
+        if max_new <= 0:
+            return Generation([], [], "length", info={"batch_size": 0, "forward_passes": 0})
+        self._ensure_worker()
+        loop = asyncio.get_running_loop()
+        seed = params.seed if params.seed is not None else self._seeds.getrandbits(63)
+        req = _Request(
+            prompt,
+            params,
+            loop.create_future(),
+            frozenset(params.stop_token_ids) | self.eos_ids,
+            max_new,
+            seed,
+        )
+        self._pending.append(req)
+        self._wakeup.set()
+        return await req.future
+
+    async def update_weights(self, named_tensors: Any) -> None:
+        """Load new weights once the running batch has drained; queued requests wait."""
+        if self._closed:
+            raise BackendUnavailableError("the hf backend is closed")
+        self._ensure_worker()
+        async with self._weights_lock:
+            self._paused = True
+            try:
+                await self._idle.wait()
+                loop = asyncio.get_running_loop()
+                await loop.run_in_executor(self._executor, self._load_weights, named_tensors)
+            finally:
+                self._paused = False
+                self._wakeup.set()
+
+    async def close(self) -> None:
+        """Stop the worker, fail waiting requests, and release the model thread."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._worker is not None and not self._worker.done():
+            self._worker.cancel()
+            try:
+                await self._worker
+            except (asyncio.CancelledError, Exception):
+                pass
+        closed = BackendUnavailableError("the hf backend was closed")
+        for req in [*self._pending, *self._active]:
+            if not req.future.done():
+                req.future.set_exception(closed)
+        self._pending.clear()
+        self._active.clear()
+        # A step already running finishes in its thread; wait for it without blocking the loop.
+        await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown, True)
+        self._reset_batch()
+        self.model = None
+        if self.device.startswith("cuda"):
+            self._torch.cuda.empty_cache()
+
+    # ---- event-loop side --------------------------------------------------------------------
+
+    def _ensure_worker(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._loop is loop and self._worker is not None and not self._worker.done():
+            return
+        # First use, a new event loop (the old one is gone), or a worker that died: start clean.
+        self._pending.clear()
+        self._active.clear()
+        self._executor.submit(self._reset_batch).result()
+        if self._loop is not loop:
+            self._wakeup = asyncio.Event()
+            self._idle = asyncio.Event()
+            self._weights_lock = asyncio.Lock()
+            self._loop = loop
+        self._idle.set()
+        self._worker = loop.create_task(self._work(), name="agentfly-hf-batcher")
+        self._worker.add_done_callback(self._worker_done)
+
+    def _worker_done(self, task: asyncio.Task) -> None:
+        """A worker that crashed fails its waiting requests instead of leaving them hanging."""
+        if task.cancelled() or task.exception() is None:
+            return
+        exc = task.exception()
+        log.error("hf backend: the batching worker failed: %r", exc)
+        for req in [*self._pending, *self._active]:
+            if not req.future.done():
+                req.future.set_exception(exc)
+        self._pending.clear()
+        self._active.clear()
+
+    def _take_admissions(self) -> list[_Request]:
+        room = self.config.max_batch_size - len(self._active)
+        if self._paused or room <= 0 or (self._active and not self._can_merge):
+            return []
+        admit = []
+        while self._pending and len(admit) < room:
+            req = self._pending.popleft()
+            if not req.future.done():  # skip callers that were cancelled while queued
+                admit.append(req)
+        return admit
+
+    async def _work(self) -> None:
+        loop = asyncio.get_running_loop()
+        wait_s = self.config.batch_wait_ms / 1000
+        while True:
+            if not self._active:
+                self._idle.set()
+                while not self._pending or self._paused:
+                    self._wakeup.clear()
+                    await self._wakeup.wait()
+                if wait_s and len(self._pending) < self.config.max_batch_size:
+                    await asyncio.sleep(wait_s)  # let a burst of requests arrive together
+            admit = self._take_admissions()
+            if not admit and not self._active:
+                continue
+            self._idle.clear()
+            self._active.update(admit)
+            dropped = [req for req in self._active if req.future.done()]
+            try:
+                finished = await loop.run_in_executor(self._executor, self._step, admit, dropped)
+            except Exception as exc:  # a failed forward pass fails the batch, not the worker
+                log.warning("hf backend: forward pass failed: %s", exc)
+                for req in self._active:
+                    if not req.future.done():
+                        req.future.set_exception(exc)
+                self._active.clear()
+                await loop.run_in_executor(self._executor, self._reset_batch)
+                continue
+            self._active.difference_update(dropped)
+            for req, generation in finished:
+                self._active.discard(req)
+                if not req.future.done():
+                    req.future.set_result(generation)
+
+    # ---- model-thread side ------------------------------------------------------------------
+
+    def _reset_batch(self) -> None:
+        self._rows, self._cache, self._mask, self._pos, self._last = [], None, None, None, None
+
+    def _step(
+        self, admit: list[_Request], dropped: list[_Request]
+    ) -> list[tuple[_Request, Generation]]:
+        """One decode step for the running rows, plus the prefill of newly admitted ones."""
+        torch = self._torch
+        start = time.perf_counter()
+        with torch.inference_mode():
+            if dropped:
+                gone = set(dropped)
+                self._keep([i for i, row in enumerate(self._rows) if row.req not in gone])
+            if self._rows:
+                self._decode()
+            if admit:
+                self._prefill(admit)
+            finished = self._finish()
+        self.stats["step_seconds"] += time.perf_counter() - start
+        return finished
+
+    def _forward(self, **inputs: Any) -> Any:
+        self.stats["forward_passes"] += 1
+        batch = inputs["input_ids"].shape[0]
+        self.stats["max_batch_size_seen"] = max(self.stats["max_batch_size_seen"], batch)
+        start = time.perf_counter()
+        out = self.model(**inputs, use_cache=True)
+        self.stats["forward_seconds"] += time.perf_counter() - start
+        return out
+
+    def _decode(self) -> None:
+        torch = self._torch
+        rows = self._rows
+        mask = torch.cat([self._mask, self._mask.new_ones((len(rows), 1))], dim=1)
+        out = self._forward(
+            input_ids=self._last[:, None],
+            attention_mask=mask,
+            position_ids=self._pos[:, None],
+            past_key_values=self._cache,
+        )
+        self.stats["decode_passes"] += 1
+        self._cache, self._mask = out.past_key_values, mask
+        self._pos = self._pos + 1
+        self._last = self._sample(out.logits[:, -1, :], rows)
+
+    def _prefill(self, admit: list[_Request]) -> None:
+        torch = self._torch
+        now = time.perf_counter()
+        longest = max(len(req.prompt_ids) for req in admit)
+        ids = torch.full((len(admit), longest), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(admit), longest), dtype=torch.long)
+        for i, req in enumerate(admit):
+            ids[i, longest - len(req.prompt_ids) :] = torch.tensor(req.prompt_ids)
+            mask[i, longest - len(req.prompt_ids) :] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        extra = {"logits_to_keep": 1} if self._logits_to_keep else {}
+        out = self._forward(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
+            **extra,
+        )
+        self.stats["prefill_passes"] += 1
+        self.stats["prompt_tokens"] += int(mask.sum())
+        rows = []
+        for req in admit:
+            generator = torch.Generator()
+            generator.manual_seed(req.seed)
+            rows.append(_Row(req, generator, admitted_at=now))
+        last = self._sample(out.logits[:, -1, :], rows)
+        pos = mask.sum(-1)
+        self._merge(rows, out.past_key_values, mask, pos, last)
+
+    def _merge(self, rows: list[_Row], cache: Any, mask: Any, pos: Any, last: Any) -> None:
+        """Add prefilled rows to the running batch, left-padding the shorter cache."""
+        torch = self._torch
+        layers = getattr(cache, "layers", None)
+        from transformers.cache_utils import DynamicLayer
+
+        self._can_merge = layers is not None and all(type(x) is DynamicLayer for x in layers)
+        if not self._rows:
+            self._rows, self._cache, self._mask = rows, cache, mask
+            self._pos, self._last = pos, last
+            return
+        if not self._can_merge:  # the worker only admits into an empty batch from now on
+            raise RuntimeError("hf backend: this model's KV cache cannot be merged")
+        width = max(self._mask.shape[1], mask.shape[1])
+
+        def pad(t: Any, dim: int) -> Any:
+            missing = width - t.shape[dim]
+            if missing == 0:
+                return t
+            shape = list(t.shape)
+            shape[dim] = missing
+            return torch.cat([t.new_zeros(shape), t], dim=dim)
+
+        for old, new in zip(self._cache.layers, layers, strict=True):
+            old.keys = torch.cat([pad(old.keys, -2), pad(new.keys, -2)], dim=0)
+            old.values = torch.cat([pad(old.values, -2), pad(new.values, -2)], dim=0)
+        self._mask = torch.cat([pad(self._mask, 1), pad(mask, 1)], dim=0)
+        self._pos = torch.cat([self._pos, pos])
+        self._last = torch.cat([self._last, last])
+        self._rows = self._rows + rows
+
+    def _keep(self, keep: list[int]) -> None:
+        """Drop the other rows and any cache columns that only padding uses now."""
+        if len(keep) == len(self._rows):
+            return
+        if not keep:
+            self._reset_batch()
+            return
+        torch = self._torch
+        index = torch.tensor(keep, device=self._mask.device)
+        self._rows = [self._rows[i] for i in keep]
+        self._mask, self._pos, self._last = self._mask[index], self._pos[index], self._last[index]
+        self._cache.batch_select_indices(index)
+        start = int(self._mask.any(dim=0).nonzero()[0])
+        if start > 0 and self._can_merge:
+            self._mask = self._mask[:, start:]
+            for layer in self._cache.layers:
+                layer.keys = layer.keys[..., start:, :]
+                layer.values = layer.values[..., start:, :]
+
+    def _sample(self, logits: Any, rows: list[_Row]) -> Any:
+        """Pick each row's next token and record it with its raw-model logprob."""
+        torch = self._torch
+        logits = logits.float()
+        tokens = logits.argmax(dim=-1)
+        temps = [row.req.params.temperature for row in rows]
+        sampled = [i for i, t in enumerate(temps) if t >= _GREEDY_BELOW]
+        if sampled:
+            index = torch.tensor(sampled, device=logits.device)
+            tokens[index] = self._draw(logits[index], [rows[i] for i in sampled])
+        logprobs = torch.log_softmax(logits, dim=-1).gather(1, tokens[:, None])[:, 0]
+        for row, token, logprob in zip(rows, tokens.tolist(), logprobs.tolist(), strict=True):
+            row.token_ids.append(token)
+            row.logprobs.append(logprob)
+            row.passes += 1
+            row.max_batch = max(row.max_batch, len(rows))
+        self.stats["generated_tokens"] += len(rows)
+        return tokens
+
+    def _draw(self, logits: Any, rows: list[_Row]) -> Any:
+        """Sample from tempered logits with per-row top-k / top-p and a per-row generator."""
+        torch = self._torch
+        device = logits.device
+        params = [row.req.params for row in rows]
+        logits = logits / torch.tensor([p.temperature for p in params], device=device)[:, None]
+        uniform = torch.stack([torch.rand((), generator=row.generator) for row in rows])
+        uniform = uniform.to(device)
+        filtered = any(p.top_k > 0 or p.top_p < 1.0 for p in params)
+        order = None
+        if filtered:
+            logits, order = logits.sort(dim=-1, descending=True)
+            vocab = logits.shape[-1]
+            ranks = torch.arange(vocab, device=device)[None, :]
+            top_k = torch.tensor([p.top_k if p.top_k > 0 else vocab for p in params], device=device)
+            drop = ranks >= top_k[:, None]
+            probs = logits.masked_fill(drop, float("-inf")).softmax(dim=-1)
+            top_p = torch.tensor([p.top_p for p in params], device=device, dtype=probs.dtype)
+            drop |= (probs.cumsum(dim=-1) - probs) >= top_p[:, None]
+            drop[:, 0] = False
+            logits = logits.masked_fill(drop, float("-inf"))
+        cdf = logits.softmax(dim=-1).cumsum(dim=-1)
+        target = (uniform * cdf[:, -1])[:, None].to(cdf.dtype)
+        choice = torch.searchsorted(cdf, target, right=True).clamp(max=cdf.shape[-1] - 1)
+        if order is not None:
+            choice = order.gather(1, choice)
+        return choice[:, 0]
+
+    def _finish(self) -> list[tuple[_Request, Generation]]:
+        done, keep = [], []
+        for i, row in enumerate(self._rows):
+            req = row.req
+            reason = None
+            if row.token_ids[-1] in req.stop_ids:
+                reason = "stop"
+            elif len(row.token_ids) >= req.max_new:
+                reason = "length"
+            if reason is None:
+                keep.append(i)
+                continue
+            info = {
+                "batch_size": row.max_batch,
+                "forward_passes": row.passes,
+                "prompt_tokens": len(req.prompt_ids),
+                "queue_s": round(row.admitted_at - req.queued_at, 6),
+                "logprobs": "raw",
+            }
+            done.append((req, Generation(row.token_ids, row.logprobs, reason, info=info)))
+        self._keep(keep)
+        return done
+
+    def _load_weights(self, named_tensors: Any) -> None:
+        torch = self._torch
+        items = named_tensors.items() if hasattr(named_tensors, "items") else named_tensors
+        targets = self.model.state_dict(keep_vars=True)
+        loaded, unknown = 0, []
+        with torch.no_grad():
+            for name, tensor in items:
+                key = name
+                for prefix in _STRIP_PREFIXES:
+                    key = key.removeprefix(prefix)
+                target = targets.get(key)
+                if target is None:
+                    unknown.append(name)
+                    continue
+                if tuple(target.shape) != tuple(tensor.shape):
+                    raise ValueError(
+                        f"hf backend: weight {name!r} has shape {tuple(tensor.shape)}, "
+                        f"the model expects {tuple(target.shape)}"
+                    )
+                target.copy_(tensor.detach().to(device=target.device, dtype=target.dtype))
+                loaded += 1
+        if unknown:
+            raise ValueError(
+                f"hf backend: {len(unknown)} weight(s) are not in the model, e.g. {unknown[0]!r}; "
+                "pass the policy's own named_parameters() or state_dict()"
+            )
+        self.stats["weight_updates"] += 1
+        self.stats["weights_loaded"] += loaded

@@ -1,0 +1,287 @@
+"""The hf backend: exact greedy tokens, raw-model logprobs, batching, sampling, weight sync."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from agentfly_cli.errors import UserError  # noqa: E402
+from agentfly_cli.rollout.backends.base import (  # noqa: E402
+    BackendConfig,
+    BackendUnavailableError,
+    SamplingParams,
+)
+from agentfly_cli.rollout.backends.hf import HFBackend, _pick_dtype  # noqa: E402
+
+TEXTS = [
+    "Hello, world!",
+    "What is 12 + 30? CALC: 12 + 30 RESULT:",
+    "the quick brown fox jumps over the lazy dog. THE QUICK BROWN",
+    "1",
+    "You are a helpful assistant. Use the calculator tool to compute arithmetic. Question:",
+]
+GREEDY = SamplingParams(max_tokens=10, temperature=0.0)
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_model):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model)
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_model):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(tiny_model).eval()
+
+
+@pytest.fixture(scope="module")
+def backend(tiny_model, tokenizer):
+    b = HFBackend(BackendConfig(model=str(tiny_model), device="cpu"), tokenizer)
+    yield b
+    run(b.close())
+
+
+@pytest.fixture(scope="module")
+def prompts(tokenizer):
+    return [tokenizer.encode(text) for text in TEXTS]
+
+
+def greedy_reference(model, backend, prompt, n):
+    out = model.generate(
+        torch.tensor([prompt]),
+        attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+        max_new_tokens=n,
+        do_sample=False,
+        eos_token_id=sorted(backend.eos_ids),
+        pad_token_id=backend.pad_id,
+    )
+    return out[0, len(prompt) :].tolist()
+
+
+def forward_logprobs(model, prompt, tokens):
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + tokens])).logits[0, len(prompt) - 1 : -1]
+    return logits.log_softmax(-1).gather(1, torch.tensor(tokens)[:, None])[:, 0]
+
+
+def test_batched_greedy_equals_generate_and_logprobs_match_forward(backend, reference, prompts):
+    async def go():
+        return await asyncio.gather(*(backend.generate(p, GREEDY) for p in prompts))
+
+    gens = run(go())
+    for prompt, gen in zip(prompts, gens, strict=True):
+        assert gen.token_ids == greedy_reference(reference, backend, prompt, 10)
+        assert gen.finish_reason == "length" and gen.token_exact
+        assert gen.info["batch_size"] == len(prompts)
+        expected = forward_logprobs(reference, prompt, gen.token_ids)
+        assert torch.allclose(torch.tensor(gen.logprobs), expected, atol=1e-4)
+
+
+@pytest.mark.parametrize("first", [3, 1])  # the running row's cache is shorter / longer
+def test_requests_joining_a_running_batch_stay_exact(backend, reference, prompts, first):
+    later = [p for i, p in enumerate(prompts) if i != first][:3]
+
+    async def go():
+        running = asyncio.ensure_future(
+            backend.generate(prompts[first], SamplingParams(max_tokens=30, temperature=0))
+        )
+        start = backend.stats["decode_passes"]
+        while backend.stats["decode_passes"] < start + 3:
+            await asyncio.sleep(0.001)
+        return await asyncio.gather(running, *(backend.generate(p, GREEDY) for p in later))
+
+    gens = run(go())
+    assert gens[0].token_ids == greedy_reference(reference, backend, prompts[first], 30)
+    for prompt, gen in zip(later, gens[1:], strict=True):
+        assert gen.token_ids == greedy_reference(reference, backend, prompt, 10)
+        assert gen.info["batch_size"] == 4  # decoded alongside the first request
+        expected = forward_logprobs(reference, prompt, gen.token_ids)
+        assert torch.allclose(torch.tensor(gen.logprobs), expected, atol=1e-4)
+
+
+def test_sampled_tokens_carry_raw_model_logprobs(backend, reference, prompts):
+    params = SamplingParams(max_tokens=12, temperature=0.7, top_k=20, top_p=0.9, seed=3)
+    gen = run(backend.generate(prompts[1], params))
+    expected = forward_logprobs(reference, prompts[1], gen.token_ids)
+    assert torch.allclose(torch.tensor(gen.logprobs), expected, atol=1e-4)
+
+
+def test_seed_makes_sampling_repeatable(backend, prompts):
+    def sample(seed):
+        params = SamplingParams(max_tokens=16, temperature=1.0, seed=seed)
+        return run(backend.generate(prompts[0], params)).token_ids
+
+    assert sample(7) == sample(7)
+    assert sample(7) != sample(8)
+
+
+def test_top_k_one_and_tiny_top_p_are_greedy(backend, prompts):
+    greedy = run(backend.generate(prompts[1], GREEDY)).token_ids
+    for params in (
+        SamplingParams(max_tokens=10, temperature=1.5, top_k=1, seed=1),
+        SamplingParams(max_tokens=10, temperature=1.0, top_p=1e-6, seed=2),
+    ):
+        assert run(backend.generate(prompts[1], params)).token_ids == greedy
+
+
+def test_stop_token_ends_the_turn_and_is_included(backend, prompts):
+    free = SamplingParams(max_tokens=10, temperature=1.0, seed=5)
+    sampled = run(backend.generate(prompts[1], free)).token_ids
+    cut = next(i for i, t in enumerate(sampled) if i > 0 and t not in sampled[:i])
+    params = SamplingParams(max_tokens=10, temperature=1.0, seed=5, stop_token_ids=(sampled[cut],))
+    gen = run(backend.generate(prompts[1], params))
+    assert gen.token_ids == sampled[: cut + 1]
+    assert gen.finish_reason == "stop" and len(gen.logprobs) == cut + 1
+
+
+def test_context_limit_and_empty_prompt(backend, prompts):
+    saved = backend.max_context
+    backend.max_context = len(prompts[1]) + 3
+    try:
+        gen = run(backend.generate(prompts[1], SamplingParams(max_tokens=50, temperature=0)))
+        assert len(gen.token_ids) == 3 and gen.finish_reason == "length"
+        backend.max_context = len(prompts[1])
+        full = run(backend.generate(prompts[1], GREEDY))
+        assert full.token_ids == [] and full.finish_reason == "length"
+    finally:
+        backend.max_context = saved
+    with pytest.raises(ValueError, match="empty"):
+        run(backend.generate([], GREEDY))
+
+
+def test_64_concurrent_requests_share_forward_passes(backend, prompts):
+    backend.stats.clear()
+    n, tokens = 64, 16
+
+    async def go():
+        params = [SamplingParams(max_tokens=tokens, temperature=1.0, seed=i) for i in range(n)]
+        return await asyncio.gather(
+            *(backend.generate(prompts[i % len(prompts)], params[i]) for i in range(n))
+        )
+
+    gens = run(go())
+    assert len(gens) == n and all(len(g.token_ids) == len(g.logprobs) for g in gens)
+    assert backend.stats["max_batch_size_seen"] == n
+    assert backend.forward_passes <= tokens + 2  # not 64 x 16
+    assert backend.stats["generated_tokens"] == sum(len(g.token_ids) for g in gens)
+
+
+def test_max_batch_size_caps_the_batch(tiny_model, tokenizer, prompts):
+    b = HFBackend(BackendConfig(model=str(tiny_model), max_batch_size=3), tokenizer)
+
+    async def go():
+        gens = await asyncio.gather(*(b.generate(prompts[i % 5], GREEDY) for i in range(7)))
+        await b.close()
+        return gens
+
+    gens = run(go())
+    assert b.stats["max_batch_size_seen"] == 3 and len(gens) == 7
+
+
+def test_update_weights_waits_for_the_running_batch(backend, prompts):
+    before = run(backend.generate(prompts[1], GREEDY)).token_ids
+    original = {k: v.clone() for k, v in backend.model.state_dict().items()}
+    changed = {k: v * 0.5 + 0.01 for k, v in original.items() if k.endswith("proj.weight")}
+
+    async def go():
+        running = [asyncio.ensure_future(backend.generate(prompts[1], GREEDY)) for _ in range(3)]
+        await asyncio.sleep(0.005)
+        await backend.update_weights(changed)
+        after = await backend.generate(prompts[1], GREEDY)
+        return [g.token_ids for g in await asyncio.gather(*running)], after.token_ids
+
+    during, after = run(go())
+    assert all(tokens == before for tokens in during)  # finished on the old weights
+    assert after != before
+    run(backend.update_weights((f"module.{k}", v) for k, v in original.items()))
+    assert run(backend.generate(prompts[1], GREEDY)).token_ids == before
+    with pytest.raises(ValueError, match="not in the model"):
+        run(backend.update_weights({"nope.weight": torch.zeros(1)}))
+
+
+def test_cancelled_request_leaves_the_batch(backend, prompts):
+    async def go():
+        long = asyncio.ensure_future(
+            backend.generate(prompts[0], SamplingParams(max_tokens=2000, temperature=1.0))
+        )
+        short = asyncio.ensure_future(backend.generate(prompts[1], GREEDY))
+        await short
+        long.cancel()
+        await asyncio.sleep(0.05)
+        return backend.stats["decode_passes"], len(backend._active)
+
+    passes, active = run(go())
+    assert active == 0 and passes < 2000
+
+
+def test_closed_backend_refuses_requests(tiny_model, tokenizer, prompts):
+    b = HFBackend(BackendConfig(model=str(tiny_model)), tokenizer)
+    run(b.close())
+    with pytest.raises(BackendUnavailableError, match="closed"):
+        run(b.generate(prompts[0], GREEDY))
+
+
+def test_bad_dtype_and_missing_model_are_user_errors():
+    with pytest.raises(UserError, match="dtype"):
+        _pick_dtype("float8", "cpu")
+    with pytest.raises(UserError, match="backend.model"):
+        HFBackend(BackendConfig(model=None))
+
+
+def test_failed_forward_fails_its_requests_and_serving_goes_on(backend, prompts, monkeypatch):
+    real = backend._prefill
+
+    def broken(admit):
+        monkeypatch.setattr(backend, "_prefill", real)
+        raise RuntimeError("out of memory")
+
+    monkeypatch.setattr(backend, "_prefill", broken)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        run(backend.generate(prompts[0], GREEDY))
+    assert len(run(backend.generate(prompts[0], GREEDY)).token_ids) == 10
+
+
+def test_crashed_worker_fails_waiting_requests(backend, prompts, monkeypatch):
+    def broken():
+        raise KeyError("bug")
+
+    monkeypatch.setattr(backend, "_take_admissions", broken)
+    with pytest.raises(KeyError, match="bug"):
+        run(backend.generate(prompts[0], GREEDY))
+    monkeypatch.undo()
+    assert len(run(backend.generate(prompts[0], GREEDY)).token_ids) == 10
+
+
+def test_sliding_window_cache_batches_without_merging(tokenizer, prompts):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(
+        vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=2, head_dim=64, use_sliding_window=True,
+        sliding_window=6, max_window_layers=0, layer_types=["sliding_attention"] * 2,
+    )
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(config).eval()
+    b = HFBackend(BackendConfig(model="in-memory"), tokenizer, model=model)
+
+    async def go():
+        first = asyncio.ensure_future(b.generate(prompts[1], GREEDY))
+        await asyncio.sleep(0.01)
+        rest = await asyncio.gather(*(b.generate(p, GREEDY) for p in prompts[2:]))
+        await b.close()
+        return [await first, *rest]
+
+    gens = run(go())
+    assert not b._can_merge  # new requests waited for an empty batch
+    for prompt, gen in zip([prompts[1], *prompts[2:]], gens, strict=True):
+        assert gen.token_ids == greedy_reference(model, b, prompt, 10)
