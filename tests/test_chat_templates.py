@@ -516,3 +516,33 @@ def test_render_errors_are_user_errors(tiny_model):
     template = "{{ raise_exception('roles must alternate') }}"
     with pytest.raises(ChatTemplateError, match="roles must alternate"):
         ChatTemplate.load(tiny_model, template)
+
+
+CONTENT_DEPENDENT = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
+    "{% if m['content'].startswith('!') %}{{ m['content'] | upper }}"
+    "{% else %}{{ m['content'] }}{% endif %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def test_frames_fall_back_when_a_template_reads_contents(tiny_model):
+    """Cached frames are spot-checked: a content-dependent template still renders exactly."""
+    chat = ChatTemplate.load(str(tiny_model), CONTENT_DEPENDENT)
+    for content in ("plain", "!shout", "plain again", "!again"):
+        messages = [{"role": "user", "content": content}]
+        expected = chat.encode_text(chat.render_text(messages, add_generation_prompt=True))
+        assert chat.render_prompt(messages) == expected
+        observation = chat.observation_messages([("calculator", None, content)])
+        assert chat.delta_text(observation) == chat._render_delta(observation, None)
+
+
+def test_frames_are_used_for_verbatim_templates(tiny_model):
+    chat = ChatTemplate.load(str(tiny_model))
+    for i in range(10):
+        messages = [{"role": "user", "content": f"question {i}"}]
+        assert chat.render_prompt(messages) == chat.encode_text(
+            chat.render_text(messages, add_generation_prompt=True)
+        )
+    frames = [entry[1] for key, entry in chat._frames.items() if key[0] == "prompt"]
+    assert len(frames) == 1 and frames[0] is not None and frames[0].uses == 10

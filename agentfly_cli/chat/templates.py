@@ -9,6 +9,7 @@ right even for templates that rewrite earlier turns (Qwen3 drops old ``<think>``
 
 from __future__ import annotations
 
+import logging
 import os
 import string
 from pathlib import Path
@@ -24,6 +25,7 @@ from agentfly_cli.errors import UserError
 # template passes it through unchanged and no tokenizer merges it with its neighbours.
 SENTINEL = "AGENTFLYSENTINELREPLY"
 _CANONICAL_USER = "AGENTFLYSENTINELQUERY"
+log = logging.getLogger(__name__)
 _PLACEHOLDERS = {"observation", "name"}
 _PROMPT_CACHE_SIZE = 4096
 _SLOT = "AGENTFLYSLOT{}X"
@@ -116,7 +118,7 @@ class ChatTemplate:
             {"role": "user", "content": _CANONICAL_USER},
             {"role": "assistant", "content": SENTINEL},
         ]
-        self._frames: dict[tuple, tuple[Any, DeltaFrame | None]] = {}
+        self._frames: dict[tuple, tuple[Any, TextFrame | None]] = {}
         self._prompts: dict[tuple, tuple[Any, list[int]]] = {}
         self._encoder = TextEncoder(tokenizer)
         self._eot_text, self._before_eot = self._find_turn_end()
@@ -184,12 +186,16 @@ class ChatTemplate:
         cached = self._prompts.get(key) if key is not None else None
         if cached is not None and cached[0] is tools:
             return list(cached[1])
-        ids = self.encode_text(self.render_text(messages, tools, add_generation_prompt=True))
+        text = self._framed("prompt", messages, tools, self._render_prompt_text)
+        ids = self.encode_text(text)
         if key is not None:
             if len(self._prompts) >= _PROMPT_CACHE_SIZE:
                 self._prompts.pop(next(iter(self._prompts)))
             self._prompts[key] = (tools, ids)
         return list(ids)
+
+    def _render_prompt_text(self, messages, tools) -> str:
+        return self.render_text(messages, tools, add_generation_prompt=True)
 
     def encode_text(self, text: str) -> list[int]:
         """Tokenize template text as is (special tokens written in it count; none are added)."""
@@ -247,15 +253,32 @@ class ChatTemplate:
         slots. A frame is used only when the template is shown to copy contents verbatim (a
         probe with whitespace, quotes and markup renders identically); else every turn renders.
         """
-        key = (_shape(messages), id(tools))
+        return self._framed("delta", messages, tools, self._render_delta)
+
+    def _framed(self, kind: str, messages, tools, render_with_tools) -> str:
+        """``render_with_tools(messages, tools)`` through a cached frame of this shape."""
+        key = (kind, _shape(messages), id(tools))
         entry = self._frames.get(key)
         if entry is None or entry[0] is not tools:
-            entry = (tools, DeltaFrame.measure(self, messages, tools))
-            self._frames[key] = entry
+            frame = TextFrame.measure(lambda m: render_with_tools(m, tools), messages)
+            entry = self._frames[key] = (tools, frame)
         frame = entry[1]
         if frame is None:
-            return self._render_delta(messages, tools)
-        return frame.fill(_slot_values(messages))
+            return render_with_tools(messages, tools)
+        text = frame.fill(_slot_values(messages))
+        if frame.due_for_check():
+            rendered = render_with_tools(messages, tools)
+            if rendered != text:
+                log.warning(
+                    "chat template %r renders some %s contents differently from its probe; "
+                    "rendering every %s of this shape in full from now on",
+                    self.name,
+                    kind,
+                    kind,
+                )
+                self._frames[key] = (tools, None)
+                return rendered
+        return text
 
     def _render_delta(self, messages: list[dict[str, Any]], tools: list[dict] | None) -> str:
         before = self.render_text(self._canonical, tools)
@@ -369,12 +392,22 @@ def _with_slots(messages: list[dict[str, Any]], values: list[str]) -> list[dict[
     return out
 
 
-class DeltaFrame:
-    """A measured delta with its slot values cut out: literal text around numbered slots."""
+class TextFrame:
+    """A measured rendering with its slot values cut out: literal text around numbered slots.
+
+    Frames make rollouts fast (no Jinja per turn) and stay exact: a frame exists only when
+    probe values with whitespace, quotes and markup render exactly as it fills them, and the
+    first uses and then every 64th are checked against a full render; one mismatch drops the
+    frame for good (see :meth:`ChatTemplate._framed`).
+    """
+
+    CHECK_FIRST = 4
+    CHECK_EVERY = 64
 
     def __init__(self, literals: list[str], order: list[int]) -> None:
         self.literals = literals  # len(order) + 1 pieces
         self.order = order  # which slot value goes between literals[i] and literals[i + 1]
+        self.uses = 0
 
     def fill(self, values: list[str]) -> str:
         parts = [self.literals[0]]
@@ -383,12 +416,17 @@ class DeltaFrame:
             parts.append(literal)
         return "".join(parts)
 
+    def due_for_check(self) -> bool:
+        self.uses += 1
+        return self.uses <= self.CHECK_FIRST or self.uses % self.CHECK_EVERY == 0
+
     @classmethod
-    def measure(cls, chat: ChatTemplate, messages, tools) -> DeltaFrame | None:
-        """The frame of this message shape, or None when contents are not copied verbatim."""
+    def measure(cls, render, messages) -> TextFrame | None:
+        """The frame of ``render(messages)`` for this message shape, or None when contents are
+        not copied verbatim."""
         count = len(_slot_values(messages))
         marks = [_SLOT.format(i) for i in range(count)]
-        text = chat._render_delta(_with_slots(messages, marks), tools)
+        text = render(_with_slots(messages, marks))
         found = sorted((text.find(m), i) for i, m in enumerate(marks) if m in text)
         if any(text.count(marks[i]) != 1 for _, i in found):
             return None
@@ -402,6 +440,6 @@ class DeltaFrame:
         # different values everywhere (also in slots the template does not show, such as a
         # tool_call_id) must render exactly as the frame fills them
         probes = [_PROBE.format(i) for i in range(count)]
-        if chat._render_delta(_with_slots(messages, probes), tools) != frame.fill(probes):
+        if render(_with_slots(messages, probes)) != frame.fill(probes):
             return None
         return frame

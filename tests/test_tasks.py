@@ -1,0 +1,82 @@
+"""Task data: JSONL, JSON, Parquet and datasets folders; rows become opening messages."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agentfly_cli.errors import UserError
+from agentfly_cli.rollout.tasks import load_tasks, opening_messages
+
+ROWS = [
+    {"question": "What is 2 + 3?", "answer": "5"},
+    {
+        "messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "What is 4 * 4?"},
+        ],
+        "answer": "16",
+    },
+]
+
+
+def test_jsonl_json_parquet_and_datasets_folder_load_the_same_rows(tmp_path):
+    jsonl = tmp_path / "t.jsonl"
+    jsonl.write_text("".join(json.dumps(r) + "\n" for r in ROWS) + "\n")
+    as_json = tmp_path / "t.json"
+    as_json.write_text(json.dumps({"data": ROWS}))
+    flat = [{"question": "What is 2 + 3?", "answer": "5"}, {"question": "2+2", "answer": "4"}]
+    import datasets
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    parquet = tmp_path / "t.parquet"
+    pq.write_table(pa.Table.from_pylist(flat), parquet)
+    folder = tmp_path / "ds"
+    datasets.DatasetDict({"train": datasets.Dataset.from_list(flat)}).save_to_disk(str(folder))
+    assert load_tasks(jsonl) == ROWS
+    assert load_tasks(as_json) == ROWS
+    assert load_tasks(parquet) == flat
+    assert load_tasks(folder) == flat
+    assert load_tasks(jsonl, limit=1) == ROWS[:1]
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('{"prompt": "x"}\n', "needs a 'question' field"),
+        ("[1, 2]\n", "expected a JSON object"),
+        ('{"question": 3}\n', "'question' must be a string"),
+        ('{"messages": []}\n', "non-empty list"),
+        ('{"messages": [{"role": "robot", "content": "x"}]}\n', "needs a role"),
+        ("{oops\n", "t.jsonl:1: not JSON"),
+        ("\n", "has no rows"),
+    ],
+)
+def test_bad_rows_are_one_clear_error(tmp_path, content, message):
+    path = tmp_path / "t.jsonl"
+    path.write_text(content)
+    with pytest.raises(UserError) as error:
+        load_tasks(path)
+    assert message in str(error.value)
+
+
+def test_unknown_format_and_missing_file(tmp_path):
+    with pytest.raises(UserError, match="not found"):
+        load_tasks(tmp_path / "none.jsonl")
+    other = tmp_path / "t.csv"
+    other.write_text("question\nx\n")
+    with pytest.raises(UserError, match="unknown format"):
+        load_tasks(other)
+
+
+def test_opening_messages_order_and_system_prompt():
+    examples = [{"role": "user", "content": "1+1?"}, {"role": "assistant", "content": "2"}]
+    messages = opening_messages(ROWS[0], "Solve: {question} ({missing})", examples)
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
+    assert messages[0]["content"] == "Solve: What is 2 + 3? ({missing})"
+    # a task with its own system message keeps it, and the recipe's is not added
+    own = opening_messages(ROWS[1], "Recipe system prompt", examples)
+    assert own[0] == {"role": "system", "content": "Be brief."}
+    assert [m["role"] for m in own] == ["system", "user", "assistant", "user"]
