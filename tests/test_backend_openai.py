@@ -255,3 +255,35 @@ def test_served_model_defaults(server, tmp_path):
 def test_missing_base_url_is_a_user_error():
     with pytest.raises(UserError, match="backend.base_url"):
         OpenAIBackend(BackendConfig(name="openai"))
+
+
+@pytest.mark.parametrize(("mode", "exact"), [("vllm", True), ("plain", False)])
+def test_agentfly_rollout_against_a_server(server, tiny_model, tmp_path, mode, exact):
+    """`agentfly rollout --backend openai` end to end; text-only servers are marked inexact."""
+    from typer.testing import CliRunner
+
+    from agentfly_cli.cli.app import build_app
+    from agentfly_cli.rollout.trajectory import read_trajectories
+
+    server.mode = mode
+    data = tmp_path / "data.jsonl"
+    data.write_text('{"question": "What is 6 * 7?", "answer": "42"}\n')
+    out = tmp_path / "out.jsonl"
+    arguments = [
+        "rollout", "calculator", "--model", str(tiny_model), "--backend", "openai",
+        "--base-url", server.base_url, "--data", str(data), "--n", "2", "--out", str(out),
+        "--set", "backend.served_model=m", "--set", "rollout.max_tokens_per_turn=8",
+    ]
+    result = CliRunner().invoke(build_app(), arguments)
+    assert result.exit_code == 0, result.output
+    trajectories = read_trajectories(out)
+    assert len(trajectories) == 2
+    for trajectory in trajectories:
+        trajectory.check()
+        assert trajectory.token_exact is exact
+    if exact:
+        assert all(lp is not None for t in trajectories for lp, m in
+                   zip(t.logprobs, t.loss_mask, strict=True) if m)
+    else:
+        assert trajectories[0].reward == 1.0  # the server's "ANSWER: 42" was parsed and scored
+        assert "serve evaluation, not training" in " ".join(result.stdout.split())
