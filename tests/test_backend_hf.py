@@ -165,8 +165,9 @@ def test_64_concurrent_requests_share_forward_passes(backend, prompts):
 
     async def go():
         params = [SamplingParams(max_tokens=tokens, temperature=1.0, seed=i) for i in range(n)]
+        # distinct prompts (identical ones would share one prefill row)
         return await asyncio.gather(
-            *(backend.generate(prompts[i % len(prompts)], params[i]) for i in range(n))
+            *(backend.generate(prompts[i % len(prompts)] + [i], params[i]) for i in range(n))
         )
 
     gens = run(go())
@@ -266,9 +267,17 @@ def test_sliding_window_cache_batches_without_merging(tokenizer, prompts):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     config = Qwen2Config(
-        vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=2, head_dim=64, use_sliding_window=True,
-        sliding_window=6, max_window_layers=0, layer_types=["sliding_attention"] * 2,
+        vocab_size=len(tokenizer),
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        head_dim=64,
+        use_sliding_window=True,
+        sliding_window=6,
+        max_window_layers=0,
+        layer_types=["sliding_attention"] * 2,
     )
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(config).eval()
@@ -285,3 +294,72 @@ def test_sliding_window_cache_batches_without_merging(tokenizer, prompts):
     assert not b._can_merge  # new requests waited for an empty batch
     for prompt, gen in zip([prompts[1], *prompts[2:]], gens, strict=True):
         assert gen.token_ids == greedy_reference(model, b, prompt, 10)
+
+
+def test_a_group_with_one_prompt_prefills_it_once(tiny_model, tokenizer, prompts):
+    b = HFBackend(BackendConfig(model=str(tiny_model), prefix_cache_tokens=0), tokenizer)
+    n = 8
+
+    async def go():
+        params = [SamplingParams(max_tokens=4, temperature=1.0, seed=i) for i in range(n)]
+        try:
+            return await asyncio.gather(*(b.generate(prompts[0], p) for p in params))
+        finally:
+            await b.close()
+
+    gens = run(go())
+    assert b.stats["prompt_tokens"] == len(prompts[0])
+    assert b.stats["shared_prompts"] == n - 1
+    assert len({tuple(g.token_ids) for g in gens}) > 1  # each row still samples on its own
+
+
+def test_next_turn_prefills_only_its_new_tokens_and_matches_a_cold_start(
+    tiny_model, tokenizer, prompts
+):
+    """The stored KV of turn 1 serves turn 2: same greedy tokens and logprobs as no cache."""
+
+    def two_turns(prefix_cache_tokens: int):
+        b = HFBackend(
+            BackendConfig(model=str(tiny_model), prefix_cache_tokens=prefix_cache_tokens),
+            tokenizer,
+        )
+
+        async def go():
+            try:
+                first = await b.generate(prompts[1], SamplingParams(max_tokens=6, temperature=0))
+                observation = tokenizer.encode("\nRESULT: 42\n", add_special_tokens=False)
+                second_prompt = prompts[1] + first.token_ids + observation
+                second = await b.generate(
+                    second_prompt, SamplingParams(max_tokens=6, temperature=0)
+                )
+                return first, second, dict(b.stats)
+            finally:
+                await b.close()
+
+        return run(go())
+
+    first, second, stats = two_turns(4096)
+    cold_first, cold_second, cold_stats = two_turns(0)
+    assert first.token_ids == cold_first.token_ids
+    assert second.token_ids == cold_second.token_ids
+    assert second.logprobs == pytest.approx(cold_second.logprobs, abs=1e-4)
+    assert stats["prefix_hit_tokens"] == len(prompts[1]) + len(first.token_ids) - 1
+    assert stats["prompt_tokens"] < cold_stats["prompt_tokens"]
+
+
+def test_new_weights_drop_stored_prefixes(tiny_model, tokenizer, prompts):
+    b = HFBackend(BackendConfig(model=str(tiny_model)), tokenizer)
+
+    async def go():
+        try:
+            first = await b.generate(prompts[0], SamplingParams(max_tokens=3, temperature=0))
+            assert len(b._prefix) == 1
+            await b.update_weights(b.model.state_dict())
+            assert len(b._prefix) == 0
+            follow = prompts[0] + first.token_ids + [1]
+            await b.generate(follow, SamplingParams(max_tokens=2, temperature=0))
+            return b.stats["prefix_hit_tokens"]
+        finally:
+            await b.close()
+
+    assert run(go()) == 0

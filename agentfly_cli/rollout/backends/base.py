@@ -74,6 +74,12 @@ class BackendConfig(BaseModel):
     dtype: str = Field("auto", description="float32, bfloat16, float16 or auto")
     max_batch_size: int = Field(64, ge=1, description="hf: most requests in one forward pass")
     batch_wait_ms: float = Field(2.0, ge=0, description="hf: wait for more requests to batch")
+    prefix_cache_tokens: int = Field(
+        32768,
+        ge=0,
+        description="hf: KV of finished requests kept (in tokens) so that a chain's next turn "
+        "prefills only its new tokens; 0 turns it off",
+    )
     script: str | None = Field(None, description="scripted: JSONL of responses per task")
     base_url: str | None = Field(None, description="openai: server URL, e.g. http://host:8000/v1")
     api_key_env: str = Field("OPENAI_API_KEY", description="openai: env var with the API key")

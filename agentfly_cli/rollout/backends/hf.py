@@ -31,6 +31,7 @@ from agentfly_cli.rollout.backends.base import (
     RequestContext,
     SamplingParams,
 )
+from agentfly_cli.rollout.backends.prefix_cache import KVSnapshot, PrefixCache
 
 log = logging.getLogger(__name__)
 
@@ -156,6 +157,7 @@ class HFBackend(Backend):
         self._pos: Any = None  # [B] position id of each row's next token
         self._last: Any = None  # [B] the token each row feeds next
         self._can_merge = True
+        self._prefix = PrefixCache(config.prefix_cache_tokens)
         # Event-loop state.
         self._loop: asyncio.AbstractEventLoop | None = None
         self._worker: asyncio.Task | None = None
@@ -363,14 +365,43 @@ class HFBackend(Backend):
         self._last = self._sample(out.logits[:, -1, :], rows)
 
     def _prefill(self, admit: list[_Request]) -> None:
+        """Prefill new requests: extend a stored prefix where one matches, batch the rest."""
+        misses = []
+        for req in admit:
+            snapshot = self._prefix.take(req.prompt_ids) if self._prefix_on() else None
+            if snapshot is None:
+                misses.append(req)
+            else:
+                self._prefill_extension(req, snapshot)
+        if misses:
+            self._prefill_batch(misses)
+
+    def _prefix_on(self) -> bool:
+        return self._prefix.max_tokens > 0 and self._can_merge
+
+    def _new_rows(self, admit: list[_Request]) -> list[_Row]:
         torch = self._torch
         now = time.perf_counter()
-        longest = max(len(req.prompt_ids) for req in admit)
-        ids = torch.full((len(admit), longest), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(admit), longest), dtype=torch.long)
-        for i, req in enumerate(admit):
-            ids[i, longest - len(req.prompt_ids) :] = torch.tensor(req.prompt_ids)
-            mask[i, longest - len(req.prompt_ids) :] = 1
+        rows = []
+        for req in admit:
+            generator = torch.Generator()
+            generator.manual_seed(req.seed)
+            rows.append(_Row(req, generator, admitted_at=now))
+        return rows
+
+    def _prefill_batch(self, admit: list[_Request]) -> None:
+        """One left-padded forward pass; identical prompts (a group's n chains) run once."""
+        torch = self._torch
+        slots: dict[tuple[int, ...], int] = {}
+        for req in admit:
+            slots.setdefault(tuple(req.prompt_ids), len(slots))
+        unique = list(slots)
+        longest = max(len(prompt) for prompt in unique)
+        ids = torch.full((len(unique), longest), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(unique), longest), dtype=torch.long)
+        for i, prompt in enumerate(unique):
+            ids[i, longest - len(prompt) :] = torch.tensor(prompt)
+            mask[i, longest - len(prompt) :] = 1
         ids, mask = ids.to(self.device), mask.to(self.device)
         extra = {"logits_to_keep": 1} if self._logits_to_keep else {}
         out = self._forward(
@@ -381,14 +412,53 @@ class HFBackend(Backend):
         )
         self.stats["prefill_passes"] += 1
         self.stats["prompt_tokens"] += int(mask.sum())
-        rows = []
-        for req in admit:
-            generator = torch.Generator()
-            generator.manual_seed(req.seed)
-            rows.append(_Row(req, generator, admitted_at=now))
+        logits, cache = out.logits[:, -1, :], out.past_key_values
+        if len(unique) < len(admit):
+            index = torch.tensor([slots[tuple(r.prompt_ids)] for r in admit], device=mask.device)
+            cache.batch_select_indices(index)
+            mask, logits = mask[index], logits[index]
+            self.stats["shared_prompts"] += len(admit) - len(unique)
+        rows = self._new_rows(admit)
+        last = self._sample(logits, rows)
+        self._merge(rows, cache, mask, mask.sum(-1), last)
+
+    def _prefill_extension(self, req: _Request, snapshot: KVSnapshot) -> None:
+        """Prefill only the tokens after a stored prefix, on top of its KV."""
+        from transformers import DynamicCache
+
+        torch = self._torch
+        start, total = len(snapshot.tokens), len(req.prompt_ids)
+        suffix = torch.tensor([req.prompt_ids[start:]], dtype=torch.long, device=self.device)
+        mask = torch.ones((1, total), dtype=torch.long, device=self.device)
+        extra = {"logits_to_keep": 1} if self._logits_to_keep else {}
+        out = self._forward(
+            input_ids=suffix,
+            attention_mask=mask,
+            position_ids=torch.arange(start, total, device=self.device)[None, :],
+            past_key_values=DynamicCache(ddp_cache_data=snapshot.layers),
+            **extra,
+        )
+        self.stats["prefill_passes"] += 1
+        self.stats["prompt_tokens"] += total - start
+        self.stats["prefix_hit_tokens"] += start
+        rows = self._new_rows([req])
         last = self._sample(out.logits[:, -1, :], rows)
-        pos = mask.sum(-1)
-        self._merge(rows, out.past_key_values, mask, pos, last)
+        self._merge(rows, out.past_key_values, mask, mask.sum(-1), last)
+
+    def _store_prefix(self, index: int, row: _Row) -> None:
+        """Keep a finished row's KV (without padding) for the chain's next turn."""
+        valid = int(self._mask[index].sum())
+        tokens = row.req.prompt_ids + row.token_ids[:-1]
+        if valid != len(tokens) or not bool(self._mask[index, -valid:].all()):
+            return  # not the layout this code expects: store nothing rather than a wrong KV
+        layers = [
+            (
+                layer.keys[index : index + 1, :, -valid:, :].clone(),
+                layer.values[index : index + 1, :, -valid:, :].clone(),
+            )
+            for layer in self._cache.layers
+        ]
+        self._prefix.put(KVSnapshot(tuple(tokens), layers))
 
     def _merge(self, rows: list[_Row], cache: Any, mask: Any, pos: Any, last: Any) -> None:
         """Add prefilled rows to the running batch, left-padding the shorter cache."""
@@ -507,6 +577,8 @@ class HFBackend(Backend):
                 "logprobs": "raw",
             }
             done.append((req, Generation(row.token_ids, row.logprobs, reason, info=info)))
+            if self._prefix_on():
+                self._store_prefix(i, row)
         self._keep(keep)
         return done
 
@@ -536,5 +608,6 @@ class HFBackend(Backend):
                 f"hf backend: {len(unknown)} weight(s) are not in the model, e.g. {unknown[0]!r}; "
                 "pass the policy's own named_parameters() or state_dict()"
             )
+        self._prefix.clear()  # stored KV was computed with the old weights
         self.stats["weight_updates"] += 1
         self.stats["weights_loaded"] += loaded
