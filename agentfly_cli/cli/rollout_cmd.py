@@ -59,7 +59,14 @@ def build_config(spec, **flags: Any):
 
 def execute(config, *, quiet: bool, out: str | None):
     """Build and run the rollout with a Rich progress bar on stderr."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     from agentfly_cli.rollout.runner import build_rollout, run_rollout
 
@@ -79,6 +86,8 @@ def execute(config, *, quiet: bool, out: str | None):
         MofNCompleteColumn(),
         TextColumn("chains · mean reward {task.fields[reward]}"),
         TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
         console=console,
         disable=quiet,
         transient=False,
