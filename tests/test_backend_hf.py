@@ -363,3 +363,27 @@ def test_new_weights_drop_stored_prefixes(tiny_model, tokenizer, prompts):
             await b.close()
 
     assert run(go()) == 0
+
+
+def test_a_bad_weight_update_changes_nothing(tiny_model, tokenizer):
+    import torch
+
+    b = HFBackend(BackendConfig(model=str(tiny_model)), tokenizer)
+    before = {k: v.clone() for k, v in b.model.state_dict().items()}
+    good = {k: torch.zeros_like(v) for k, v in before.items()}
+    wrong_shape = dict(good)
+    name = next(iter(wrong_shape))
+    wrong_shape[name] = torch.zeros(3)
+    unknown = {**good, "no.such.weight": torch.zeros(1)}
+
+    async def go():
+        try:
+            for bad, message in ((wrong_shape, "shape"), (unknown, "not in the model")):
+                with pytest.raises(ValueError, match=message):
+                    await b.update_weights(bad)
+                after = b.model.state_dict()
+                assert all(torch.equal(after[k], before[k]) for k in before)
+        finally:
+            await b.close()
+
+    run(go())

@@ -246,3 +246,42 @@ class TestVLLMBackend:
 
         run(close_twice())
         assert not backend._thread.is_alive()
+
+
+@pytest.mark.slow
+def test_a_failing_engine_fails_every_waiting_request(tiny_model, tokenizer, prompts):
+    """No request may hang when the engine dies: running, queued and later ones all fail."""
+    if NO_VLLM:
+        pytest.skip(SKIP_REASON)
+    from agentfly_cli.rollout.backends.vllm import VLLMBackend
+
+    config = BackendConfig(
+        name="vllm", model=str(tiny_model), dtype="float32", gpu_memory_utilization=0.2
+    )
+    broken = VLLMBackend(config, tokenizer)
+    engine = broken._thread.engine
+    real_step = engine.step
+    calls = {"n": 0}
+
+    def failing_step():
+        calls["n"] += 1
+        if calls["n"] >= 3:
+            raise RuntimeError("simulated engine crash")
+        return real_step()
+
+    engine.step = failing_step
+
+    async def go():
+        params = SamplingParams(max_tokens=200, temperature=1.0, seed=1)
+        first = [asyncio.ensure_future(broken.generate(p, params)) for p in prompts]
+        await asyncio.sleep(0)
+        more = [asyncio.ensure_future(broken.generate(p, params)) for p in prompts]
+        results = await asyncio.wait_for(asyncio.gather(*first, *more, return_exceptions=True), 60)
+        later = await asyncio.wait_for(
+            asyncio.gather(broken.generate(prompts[0], params), return_exceptions=True), 10
+        )
+        await broken.close()
+        return results + later
+
+    results = run(go())
+    assert results and all(isinstance(r, BackendUnavailableError) for r in results), results

@@ -546,3 +546,22 @@ def test_frames_are_used_for_verbatim_templates(tiny_model):
         )
     frames = [entry[1] for key, entry in chat._frames.items() if key[0] == "prompt"]
     assert len(frames) == 1 and frames[0] is not None and frames[0].uses == 10
+
+
+EMPTY_AWARE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
+    "{% if m['content'] %}{{ m['content'] }}{% else %}(nothing){% endif %}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def test_empty_contents_get_their_own_frame(tiny_model):
+    chat = ChatTemplate.load(str(tiny_model), EMPTY_AWARE)
+    for _ in range(6):  # past the first checked uses
+        for content in ("text", ""):
+            messages = [{"role": "user", "content": content}]
+            expected = chat.encode_text(chat.render_text(messages, add_generation_prompt=True))
+            assert chat.render_prompt(messages) == expected
+            chat._prompts.clear()  # skip the whole-prompt cache: exercise the frames
+    frames = [entry[1] for key, entry in chat._frames.items() if key[0] == "prompt"]
+    assert len(frames) == 2 and all(f is not None for f in frames)  # none had to be dropped

@@ -177,6 +177,11 @@ def test_missing_files_and_fields(tiny_model, files, tmp_path):
     assert result.exit_code == 2 and "answer" in result.output
 
 
+def test_out_must_be_a_writable_file(tiny_model, files, tmp_path):
+    result = agentfly("rollout", *scripted_args(tiny_model, files), "--out", tmp_path)
+    assert result.exit_code == 2 and "is a folder" in result.output
+
+
 def test_view_errors(tmp_path, files):
     assert agentfly("view", tmp_path / "none.jsonl").exit_code == 2
     bad = tmp_path / "bad.jsonl"

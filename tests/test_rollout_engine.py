@@ -367,4 +367,69 @@ def test_trajectory_jsonl_round_trip_and_tamper_check(chat, tmp_path):
         "task",
     ):
         assert key in line
-    assert line["tool_calls"][0]["latency_s"] >= 0
+    assert line["tool_calls"][0]["latency_s"] > 0
+
+
+def test_calls_of_one_turn_share_one_env(chat):
+    """Two calls in one turn that need the same env get the same (started once) env."""
+    from agentfly_cli.plugins import get_plugin_host
+    from envs_builtin.scratchpad import notes_list, notes_write
+
+    spec = get_plugin_host().components.envs.get("scratchpad")
+    both = call("notes_write", key="a", text="x") + "\n" + call("notes_write", key="b", text="y")
+    engine = RolloutEngine(
+        ScriptedBackend([[both, call("notes_list")]], chat),
+        chat,
+        get_parser("hermes"),
+        [notes_write, notes_list],
+        None,
+        RolloutSettings(n=1, max_turns=2),
+        env_specs={"scratchpad": spec},
+    )
+    [trajectory] = run(engine, [{"question": "q"}])
+    assert [c.status for c in trajectory.tool_calls] == ["ok", "ok", "ok"]
+    assert trajectory.tool_calls[2].observation == "a\nb"
+
+
+def test_an_env_that_fails_to_start_is_an_error_observation(chat):
+    from agentfly_cli.envs.base import BaseEnv, EnvSpec
+
+    class Broken(BaseEnv):
+        async def start(self):
+            raise RuntimeError("no sandbox here")
+
+    @tool(env="broken")
+    async def poke(env) -> str:
+        """Touch the env."""
+        return "never"
+
+    engine = RolloutEngine(
+        ScriptedBackend([[call("poke") + "\n" + call("calculator", expression="1+1"), "ok"]], chat),
+        chat,
+        get_parser("hermes"),
+        [poke, calculator],
+        None,
+        RolloutSettings(n=1, max_turns=2),
+        env_specs={"broken": EnvSpec(name="broken", factory=Broken)},
+    )
+    [trajectory] = run(engine, [{"question": "q"}])
+    first, second = trajectory.tool_calls
+    assert first.status == "error" and "no sandbox here" in first.observation
+    assert second.status == "ok" and second.observation == "2"
+    assert trajectory.finish_reason == "answer"
+
+
+def test_live_states_follow_the_turn_state_machine(chat):
+    seen = []
+    engine = None
+
+    @tool
+    async def look(x: int) -> str:
+        """Record what the engine reports while this tool runs."""
+        seen.append(engine.live_states())
+        return "ok"
+
+    engine = make_engine(chat, [[call("look", x=1), "done"]] * 3, tools=(look,))
+    run(engine, [{"question": str(i), "answer": "done"} for i in range(3)])
+    assert seen and all(s["running_tools"] >= 1 for s in seen)
+    assert engine.live_states() == {"generating": 0, "running_tools": 0}

@@ -365,11 +365,14 @@ def _roles(messages: list[dict[str, Any]]) -> str:
 
 def _slot_fields(message: dict[str, Any]) -> list[str]:
     """The string fields of a message whose values vary from call to call."""
-    return [k for k in ("content", "tool_call_id") if isinstance(message.get(k), str)]
+    # empty values stay in the shape, not in a slot: templates often test `if message.content`
+    return [
+        k for k in ("content", "tool_call_id") if isinstance(message.get(k), str) and message[k]
+    ]
 
 
 def _shape(messages: list[dict[str, Any]]) -> tuple:
-    """What a delta frame depends on: everything but the slot values."""
+    """What a frame depends on: everything but the slot values."""
     shape = []
     for message in messages:
         slots = _slot_fields(message)

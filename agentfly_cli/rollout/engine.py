@@ -46,6 +46,7 @@ class _Chain:
     state: ChainState = ChainState.GENERATING
     errors: int = 0
     envs: dict[str, Any] = field(default_factory=dict)
+    env_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     stack: AsyncExitStack = field(default_factory=AsyncExitStack)
 
 
@@ -106,8 +107,22 @@ class RolloutEngine:
         if missing:
             raise ValueError(f"tools need envs that were not given: {', '.join(missing)}")
         self._stop_ids = tuple(chat.eot_token_ids)
+        self._live: dict[int, _Chain] = {}  # chains running now, for live_states()
+        self._invoke_options: dict[str, Any] = {}
+        if self.settings.tool_timeout is not None:
+            self._invoke_options["timeout"] = self.settings.tool_timeout
+        if self.settings.max_observation_chars is not None:
+            self._invoke_options["max_observation_chars"] = self.settings.max_observation_chars
 
     # -- public --------------------------------------------------------------------------------
+    def live_states(self) -> dict[str, int]:
+        """How many running chains are generating and how many are running tools."""
+        counts = {state.value: 0 for state in (ChainState.GENERATING, ChainState.RUNNING_TOOLS)}
+        for chain in list(self._live.values()):
+            if chain.state.value in counts:
+                counts[chain.state.value] += 1
+        return counts
+
     async def run(
         self,
         tasks: Sequence[Mapping[str, Any]],
@@ -160,15 +175,18 @@ class RolloutEngine:
         messages = opening_messages(task, self.system_prompt, self.examples)
         chain = _Chain(trajectory, messages)
         trajectory.timings = {"generate_s": 0.0, "tools_s": 0.0, "reward_s": 0.0}
+        self._live[id(chain)] = chain
         try:
             async with chain.stack:
                 await self._loop(chain)
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # a backend or env failure ends this chain, not the rollout
+        except Exception as exc:  # a backend failure ends this chain, not the rollout
             trajectory.finish_reason = "abort"
             trajectory.error = f"{type(exc).__name__}: {exc}"
-        chain.state = ChainState.DONE
+        finally:
+            chain.state = ChainState.DONE
+            self._live.pop(id(chain), None)
         trajectory.messages = chain.messages
         await self._score(trajectory)
         trajectory.timings["total_s"] = round(time.perf_counter() - started, 6)
@@ -226,7 +244,7 @@ class RolloutEngine:
             trajectory.task_index, trajectory.sample_index, turn, trajectory.group_id
         )
         started = time.perf_counter()
-        generation = await self.backend.generate(list(trajectory.ids), params, context)
+        generation = await self.backend.generate(trajectory.ids, params, context)
         trajectory.timings["generate_s"] += time.perf_counter() - started
         ids = list(generation.token_ids)
         trajectory.token_exact = trajectory.token_exact and generation.token_exact
@@ -273,6 +291,7 @@ class RolloutEngine:
             results = [await self._call(chain, parsed.calls[0])]
         else:
             results = list(await asyncio.gather(*(self._call(chain, c) for c in parsed.calls)))
+
         chain.trajectory.timings["tools_s"] += time.perf_counter() - started
         for call, result in zip(parsed.calls, results, strict=True):
             result.info["call_id"] = call.id
@@ -306,6 +325,20 @@ class RolloutEngine:
         return everything
 
     async def _call(self, chain: _Chain, call: ToolCall) -> ToolResult:
+        """Run one call; whatever goes wrong (an env that fails to start, too) is an error
+        observation, so that the other calls of the turn and the chain go on."""
+        try:
+            return await self._call_tool(chain, call)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            return ToolResult.error(
+                f"tool '{call.name}' could not run: {type(exc).__name__}: {exc}",
+                ToolErrorKind.EXCEPTION,
+                tool=call.name,
+            )
+
+    async def _call_tool(self, chain: _Chain, call: ToolCall) -> ToolResult:
         tool = self.tools.get(call.name)
         if tool is None:
             known = ", ".join(sorted(self.tools)) or "none"
@@ -316,21 +349,22 @@ class RolloutEngine:
             )
         arguments = _coerce_arguments(tool, call.arguments)
         env = await self._env(chain, tool.env) if tool.env else None
-        options: dict[str, Any] = {}
-        if self.settings.tool_timeout is not None:
-            options["timeout"] = self.settings.tool_timeout
-        if self.settings.max_observation_chars is not None:
-            options["max_observation_chars"] = self.settings.max_observation_chars
-        return await tool.invoke(arguments, env=env, **options)
+        return await tool.invoke(arguments, env=env, **self._invoke_options)
 
     async def _env(self, chain: _Chain, name: str) -> Any:
+        """The chain's env of that name, started once even when calls ask for it together."""
         env = chain.envs.get(name)
         if env is None:
-            from agentfly_cli.envs.base import standalone_env
+            async with chain.env_lock:
+                env = chain.envs.get(name)
+                if env is None:
+                    from agentfly_cli.envs.base import standalone_env
 
-            spec = self.env_specs[name]
-            env = await chain.stack.enter_async_context(standalone_env(spec, chain.trajectory.task))
-            chain.envs[name] = env
+                    spec = self.env_specs[name]
+                    env = await chain.stack.enter_async_context(
+                        standalone_env(spec, chain.trajectory.task)
+                    )
+                    chain.envs[name] = env
         return env
 
     async def _score(self, trajectory: Trajectory) -> None:

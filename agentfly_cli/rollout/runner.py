@@ -16,7 +16,7 @@ from typing import Any
 from agentfly_cli.config import RunConfig
 from agentfly_cli.errors import UserError
 from agentfly_cli.rollout.engine import RolloutEngine
-from agentfly_cli.rollout.trajectory import Trajectory, TrajectoryWriter
+from agentfly_cli.rollout.trajectory import Trajectory, TrajectoryWriter, check_output_path
 
 
 @dataclass
@@ -60,6 +60,8 @@ def build_rollout(config: RunConfig) -> RolloutRun:
     from agentfly_cli.rollout.tasks import load_tasks
 
     host = get_plugin_host()
+    if config.out:
+        check_output_path(config.out)
     if not config.data.path:
         raise UserError("no data: pass --data FILE.jsonl (or set data.path in the config)")
     tasks = load_tasks(config.data.path, config.data.limit)

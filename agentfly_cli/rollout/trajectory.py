@@ -148,6 +148,19 @@ def write_trajectories(path: str | os.PathLike, trajectories: Iterable[Trajector
     return count
 
 
+def check_output_path(path: str | os.PathLike) -> Path:
+    """Fail early, before any model loads, when ``path`` cannot take a JSONL file."""
+    path = Path(path)
+    if path.is_dir():
+        raise UserError(f"--out {str(path)!r} is a folder; pass a file name such as out.jsonl")
+    parent = path.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK):
+        raise UserError(f"--out {str(path)!r} cannot be written; pick a writable folder")
+    return path
+
+
 class TrajectoryWriter:
     """Append trajectories to a JSONL file as they finish (flushed per line)."""
 

@@ -17,6 +17,21 @@ from agentfly_cli.errors import UserError
 
 FinishReason = Literal["stop", "length", "abort"]
 
+#: Prefixes that wrappers add to parameter names: DDP, torch.compile, FSDP.
+WRAPPER_PREFIXES = ("module.", "_orig_mod.", "_fsdp_wrapped_module.")
+
+
+def unwrapped_names(named_tensors: Any) -> list[tuple[str, Any]]:
+    """``(name, tensor)`` pairs from a state dict or an iterable of pairs, with the prefixes
+    that DDP, torch.compile and FSDP add to names removed."""
+    items = named_tensors.items() if hasattr(named_tensors, "items") else named_tensors
+    pairs = []
+    for name, tensor in items:
+        for prefix in WRAPPER_PREFIXES:
+            name = name.removeprefix(prefix)
+        pairs.append((name, tensor))
+    return pairs
+
 
 class BackendUnavailableError(UserError):
     """A backend's optional dependency is missing, or it cannot serve this request."""

@@ -30,13 +30,13 @@ from agentfly_cli.rollout.backends.base import (
     Generation,
     RequestContext,
     SamplingParams,
+    unwrapped_names,
 )
 from agentfly_cli.rollout.backends.prefix_cache import KVSnapshot, PrefixCache
 
 log = logging.getLogger(__name__)
 
 _GREEDY_BELOW = 1e-5  # temperatures below this sample greedily
-_STRIP_PREFIXES = ("module.", "_orig_mod.", "_fsdp_wrapped_module.")
 
 
 @dataclass(eq=False)
@@ -111,7 +111,7 @@ class HFBackend(Backend):
         """Load ``config.model`` (a local folder), or wrap an already loaded ``model``."""
         try:
             import torch
-            from transformers import AutoModelForCausalLM, AutoTokenizer
+            from transformers import AutoModelForCausalLM
         except ImportError as exc:  # pragma: no cover - torch and transformers are core deps
             raise BackendUnavailableError(
                 f"the hf backend needs torch and transformers ({exc}); "
@@ -123,12 +123,21 @@ class HFBackend(Backend):
                 raise UserError("the hf backend needs backend.model: a model folder or alias")
             self.device = _pick_device(config.device)
             dtype = _pick_dtype(config.dtype, self.device)
-            model = AutoModelForCausalLM.from_pretrained(config.model, dtype=dtype)
+            try:
+                model = AutoModelForCausalLM.from_pretrained(config.model, dtype=dtype)
+            except (OSError, ValueError) as exc:
+                raise UserError(
+                    f"hf backend: cannot load a model from {config.model!r} "
+                    f"({type(exc).__name__}: {str(exc).splitlines()[0]}); pass a folder with "
+                    "config.json and weights, or an alias (tiny, smollm2)"
+                ) from exc
             model.to(self.device)
         else:
             self.device = str(next(model.parameters()).device)
         if tokenizer is None:
-            tokenizer = AutoTokenizer.from_pretrained(config.tokenizer or config.model)
+            from agentfly_cli.chat.templates import load_tokenizer
+
+            tokenizer = load_tokenizer(config.tokenizer or config.model)
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.dtype = next(model.parameters()).dtype
@@ -212,6 +221,8 @@ class HFBackend(Backend):
             self._paused = True
             try:
                 await self._idle.wait()
+                if self._closed:
+                    raise BackendUnavailableError("the hf backend was closed")
                 loop = asyncio.get_running_loop()
                 await loop.run_in_executor(self._executor, self._load_weights, named_tensors)
             finally:
@@ -235,6 +246,8 @@ class HFBackend(Backend):
                 req.future.set_exception(closed)
         self._pending.clear()
         self._active.clear()
+        if self._idle is not None:
+            self._idle.set()  # an update_weights waiting for the batch to drain sees the close
         # A step already running finishes in its thread; wait for it without blocking the loop.
         await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown, True)
         self._reset_batch()
@@ -583,31 +596,29 @@ class HFBackend(Backend):
         return done
 
     def _load_weights(self, named_tensors: Any) -> None:
+        """Check every name and shape first, then copy: a bad update changes nothing."""
         torch = self._torch
-        items = named_tensors.items() if hasattr(named_tensors, "items") else named_tensors
         targets = self.model.state_dict(keep_vars=True)
-        loaded, unknown = 0, []
-        with torch.no_grad():
-            for name, tensor in items:
-                key = name
-                for prefix in _STRIP_PREFIXES:
-                    key = key.removeprefix(prefix)
-                target = targets.get(key)
-                if target is None:
-                    unknown.append(name)
-                    continue
-                if tuple(target.shape) != tuple(tensor.shape):
-                    raise ValueError(
-                        f"hf backend: weight {name!r} has shape {tuple(tensor.shape)}, "
-                        f"the model expects {tuple(target.shape)}"
-                    )
-                target.copy_(tensor.detach().to(device=target.device, dtype=target.dtype))
-                loaded += 1
+        pairs = unwrapped_names(named_tensors)
+        unknown = [name for name, _ in pairs if name not in targets]
         if unknown:
             raise ValueError(
                 f"hf backend: {len(unknown)} weight(s) are not in the model, e.g. {unknown[0]!r}; "
                 "pass the policy's own named_parameters() or state_dict()"
             )
-        self._prefix.clear()  # stored KV was computed with the old weights
+        for name, tensor in pairs:
+            if tuple(targets[name].shape) != tuple(tensor.shape):
+                raise ValueError(
+                    f"hf backend: weight {name!r} has shape {tuple(tensor.shape)}, "
+                    f"the model expects {tuple(targets[name].shape)}"
+                )
+        try:
+            with torch.no_grad():
+                for name, tensor in pairs:
+                    target = targets[name]
+                    target.copy_(tensor.detach().to(device=target.device, dtype=target.dtype))
+        finally:
+            self._prefix.clear()  # stored KV was computed with the old weights
+        loaded = len(pairs)
         self.stats["weight_updates"] += 1
         self.stats["weights_loaded"] += loaded

@@ -92,8 +92,12 @@ class OpenAIBackend(Backend):
             if status not in _RETRY_AS_TEXT:
                 self._raise(status, reply)
             if not self._can_tokenize():
-                self._raise(status, reply, "; if the server takes only text prompts, set "
-                            "backend.tokenizer so that agentfly can send text")
+                self._raise(
+                    status,
+                    reply,
+                    "; if the server takes only text prompts, set "
+                    "backend.tokenizer so that agentfly can send text",
+                )
         status, reply = await self._post(self._text_body(model, prompt, params))
         if status != 200:
             self._raise(status, reply)
@@ -281,7 +285,7 @@ class OpenAIBackend(Backend):
                     f"openai backend: {self.url} works in text, and turning text into token ids "
                     "needs a tokenizer; set backend.tokenizer (or backend.model) to a local folder"
                 )
-            from transformers import AutoTokenizer
+            from agentfly_cli.chat.templates import load_tokenizer
 
-            self.tokenizer = AutoTokenizer.from_pretrained(source)
+            self.tokenizer = load_tokenizer(source)
         return self.tokenizer

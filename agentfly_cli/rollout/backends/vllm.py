@@ -43,6 +43,7 @@ from agentfly_cli.rollout.backends.base import (
     Generation,
     RequestContext,
     SamplingParams,
+    unwrapped_names,
 )
 
 log = logging.getLogger(__name__)
@@ -53,7 +54,6 @@ INSTALL_HINT = (
 )
 CPU_MAX_MODEL_LEN = 4096
 _FINISH = {"stop": "stop", "length": "length"}
-_STRIP_PREFIXES = ("module.", "_orig_mod.", "_fsdp_wrapped_module.")
 _TIED = frozenset({"lm_head.weight"})  # in a state_dict, absent from a tied checkpoint
 
 
@@ -132,9 +132,18 @@ class _EngineThread(threading.Thread):
         self._backlog: list[tuple] = []
         self._pending: dict[str, _Pending] = {}
         self._stopping = False
+        self._dead = False  # set once the loop has ended; submit() then fails at once
+        self._lock = threading.Lock()
 
     def submit(self, *command: Any) -> None:
-        self._commands.put(command)
+        with self._lock:
+            if not self._dead:
+                self._commands.put(command)
+                return
+        self._fail_commands([command], self._closed_error())
+
+    def _closed_error(self) -> BaseException:
+        return self.error or BackendUnavailableError("the vllm backend was closed")
 
     def run(self) -> None:
         try:
@@ -147,7 +156,16 @@ class _EngineThread(threading.Thread):
         try:
             self._loop()
         finally:
-            self._fail_all(self.error or BackendUnavailableError("the vllm backend was closed"))
+            with self._lock:
+                self._dead = True
+            queued = []
+            while True:  # commands that arrived during the last step must fail too
+                try:
+                    queued.append(self._commands.get_nowait())
+                except queue.Empty:
+                    break
+            self._backlog.extend(c for c in queued if c[0] in ("add", "call"))
+            self._fail_all(self._closed_error())
             self._shutdown()
 
     def _loop(self) -> None:
@@ -225,15 +243,20 @@ class _EngineThread(threading.Thread):
         _post(pending.loop, pending.future, result, error)
 
     def _fail_all(self, error: BaseException) -> None:
-        waiting = list(self._pending.values())
-        waiting += [c[-1] for c in self._backlog if c[0] == "add"]
-        for pending in waiting:
+        for pending in self._pending.values():
             _post(pending.loop, pending.future, None, error)
-        for command in self._backlog:
-            if command[0] == "call":
-                _post(command[3], command[2], None, error)
+        self._fail_commands(self._backlog, error)
         self._pending.clear()
         self._backlog.clear()
+
+    @staticmethod
+    def _fail_commands(commands: list[tuple], error: BaseException) -> None:
+        for command in commands:
+            if command[0] == "add":
+                pending = command[-1]
+                _post(pending.loop, pending.future, None, error)
+            elif command[0] == "call":
+                _post(command[3], command[2], None, error)
 
     def _shutdown(self) -> None:
         engine, self.engine = self.engine, None
@@ -285,12 +308,7 @@ def weight_pairs(named_tensors: Any, expected: frozenset[str] | None) -> list[tu
     vLLM fuses layers (q/k/v, gate/up) and rebuilds each from all of its parts, so an update
     must hold every weight: a partial one would leave a fused layer half-empty.
     """
-    items = named_tensors.items() if hasattr(named_tensors, "items") else named_tensors
-    pairs = []
-    for name, tensor in items:
-        for prefix in _STRIP_PREFIXES:
-            name = name.removeprefix(prefix)
-        pairs.append((name, tensor))
+    pairs = unwrapped_names(named_tensors)
     if expected is None:
         return pairs
     names = {name for name, _ in pairs}
