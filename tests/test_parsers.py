@@ -416,3 +416,23 @@ def test_deeply_nested_json_does_not_crash(name):
     check(parser(name).parse(text))
     check(parser(name).parse('<|python_tag|>{"name": "a", "parameters": ' + "[" * 100_000))
     check(parser(name).parse(None))  # type: ignore[arg-type]
+
+
+def test_a_parser_from_a_file(tmp_path):
+    source = tmp_path / "my_format.py"
+    source.write_text(
+        "from agentfly_cli.chat.parsed import BaseParser, ParsedResponse, ToolCall\n"
+        "class Shout(BaseParser):\n"
+        "    name = 'shout'\n"
+        "    def parse_body(self, body):\n"
+        "        if body.startswith('CALL '):\n"
+        "            call = ToolCall('calculator', {'expression': body[5:]})\n"
+        "            return ParsedResponse('', [call])\n"
+        "        return ParsedResponse(body, [])\n"
+        "not_a_parser = 3\n"
+    )
+    parser = get_parser(f"{source}:Shout")
+    parsed = parser.parse("<think>CALL 9</think>CALL 1+2")
+    assert [c.arguments for c in parsed.calls] == [{"expression": "1+2"}]
+    with pytest.raises(UserError, match="no parse"):
+        get_parser(f"{source}:not_a_parser")

@@ -53,10 +53,34 @@ def parser_names() -> list[str]:
 
 
 def get_parser(name: str, options: dict | None = None) -> ToolCallParser:
-    """The parser ``name``, configured with ``options`` (only ``line`` takes any)."""
+    """The parser ``name``, configured with ``options`` (only ``line`` takes any).
+
+    ``name`` may also be ``module:attr`` or ``file.py:attr``: your own parser class (built with
+    ``from_options(options)`` when it has one, else called with no arguments) or instance. Base
+    it on :class:`BaseParser` to get think-block handling and crash safety.
+    """
+    if ":" in name:
+        return _custom_parser(name, options)
     cls = _PARSERS.get(name)
     if cls is None:
         raise UserError(
             f"unknown tool-call parser {name!r}; use one of: {', '.join(parser_names())}"
         )
     return cls.from_options(options)
+
+
+def _custom_parser(spec: str, options: dict | None) -> ToolCallParser:
+    from agentfly_cli.loading import load_object
+
+    value = load_object(spec)
+    if isinstance(value, type):
+        factory = getattr(value, "from_options", None)
+        value = factory(options) if callable(factory) else value()
+    if not callable(getattr(value, "parse", None)):
+        raise UserError(
+            f"parser {spec!r} has no parse(text) method; subclass "
+            "agentfly_cli.chat.parsed.BaseParser and implement parse_body(text)"
+        )
+    if not isinstance(getattr(value, "name", None), str):
+        value.name = spec
+    return value
