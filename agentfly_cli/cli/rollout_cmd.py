@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ TEMPLATE = typer.Option(None, "--template", help="Chat template: a packaged name
 PARSER = typer.Option(None, "--parser", help="Tool-call format: hermes, line, react, ...")
 BASE_URL = typer.Option(None, "--base-url", help="openai backend: server URL (…/v1).")
 SETS = typer.Option(None, "--set", help="Override any config field: --set rollout.top_p=0.9")
+OUT = typer.Option(None, "--out", help="Write trajectories to this JSONL file.")
 QUIET = typer.Option(False, "--quiet", "-q", help="No progress bar.")
 
 
@@ -75,7 +77,7 @@ def execute(config, *, quiet: bool, out: str | None):
     with (
         console.status("loading model, template and tools…", spinner="dots")
         if not quiet
-        else _null()
+        else contextlib.nullcontext()
     ):
         run = build_rollout(config)
     total = len(run.tasks) * config.rollout.n
@@ -111,14 +113,6 @@ def _quiet_transformers() -> None:
 
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
-
-
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def summary_tables(summary: dict[str, Any]) -> list:
@@ -190,23 +184,18 @@ def rollout(
     template: str = TEMPLATE,
     parser: str = PARSER,
     base_url: str = BASE_URL,
-    out: Path = typer.Option(None, "--out", help="Write trajectories to this JSONL file."),
+    out: Path = OUT,
     sets: list[str] = SETS,
     quiet: bool = QUIET,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Roll out agent chains and write token-exact trajectories."""
-    from agentfly_cli.rollout.summary import summarize
-
     config = build_config(**locals_without(locals(), "quiet", "as_json"))
-    out_path = str(out) if out else config.out
-    run, result = execute(config, quiet=quiet or as_json, out=out_path)
-    summary = summarize(result.trajectories, result.wall_s)
-    summary.update(run.info)
+    _, summary = run_and_summarize(config, quiet=quiet or as_json)
     if as_json:
-        print_json({"summary": summary, "out": out_path})
+        print_json({"summary": summary, "out": config.out})
         return
-    _report(summary, out_path)
+    _report(summary, config.out)
 
 
 @handle_errors
@@ -224,7 +213,7 @@ def evaluate(
     template: str = TEMPLATE,
     parser: str = PARSER,
     base_url: str = BASE_URL,
-    out: Path = typer.Option(None, "--out", help="Write trajectories to this JSONL file."),
+    out: Path = OUT,
     sets: list[str] = SETS,
     threshold: float = typer.Option(
         1.0, "--threshold", help="A chain passes when its reward is at least this."
@@ -235,18 +224,14 @@ def evaluate(
     """Evaluate: roll out n chains per task and report pass@k and mean@k."""
     from agentfly_cli.errors import UserError
     from agentfly_cli.rollout.summary import evaluate as evaluate_trajectories
-    from agentfly_cli.rollout.summary import summarize
 
     config = build_config(**locals_without(locals(), "quiet", "as_json", "threshold"))
     if not config.reward:
         raise UserError("eval needs a reward: pass --reward NAME (see `agentfly rewards list`)")
-    out_path = str(out) if out else config.out
-    run, result = execute(config, quiet=quiet or as_json, out=out_path)
-    summary = summarize(result.trajectories, result.wall_s)
-    summary.update(run.info)
+    result, summary = run_and_summarize(config, quiet=quiet or as_json)
     report = evaluate_trajectories(result.trajectories, threshold)
     if as_json:
-        print_json({"summary": summary, "eval": report, "out": out_path})
+        print_json({"summary": summary, "eval": report, "out": config.out})
         return
     console = stdout_console()
     keys = [k for k in report["overall"] if k.startswith(("pass@", "mean@"))]
@@ -263,7 +248,17 @@ def evaluate(
             [[_fmt(report["overall"][k]) for k in keys]],
         )
     )
-    _report(summary, out_path)
+    _report(summary, config.out)
+
+
+def run_and_summarize(config, *, quiet: bool):
+    """Run the rollout (``--out`` is ``config.out``) and its summary, with the run's facts."""
+    from agentfly_cli.rollout.summary import summarize
+
+    run, result = execute(config, quiet=quiet, out=config.out)
+    summary = summarize(result.trajectories, result.wall_s)
+    summary.update(run.info)
+    return result, summary
 
 
 def locals_without(values: dict[str, Any], *names: str) -> dict[str, Any]:
