@@ -7,7 +7,9 @@ line naming the field and the fix.
 
 from __future__ import annotations
 
+import difflib
 import os
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ from agentfly_cli.chat.templates import ObservationFormat
 from agentfly_cli.errors import UserError
 from agentfly_cli.rollout.backends.base import BackendConfig
 from agentfly_cli.rollout.settings import RolloutSettings
+from agentfly_cli.train.settings import TrainerSettings
 
 
 class DataConfig(BaseModel):
@@ -70,6 +73,7 @@ class RunConfig(BaseModel):
     reward: list[RewardComponent] = Field(default_factory=list)
     chat: ChatConfig = Field(default_factory=ChatConfig)
     rollout: RolloutSettings = Field(default_factory=RolloutSettings)
+    trainer: TrainerSettings = Field(default_factory=TrainerSettings)
     out: str | None = Field(None, description="trajectory JSONL to write")
 
     @field_validator("reward", mode="before")
@@ -98,8 +102,27 @@ def _format_error(error: ValidationError, source: str) -> str:
     extra = f" (and {error.error_count() - 1} more)" if error.error_count() > 1 else ""
     message = first["msg"]
     if first["type"] == "extra_forbidden":
-        message = "unknown field; check the spelling against `agentfly rollout --help`"
+        allowed = _allowed_keys(first["loc"][:-1])
+        close = difflib.get_close_matches(str(first["loc"][-1]), allowed, n=1)
+        hint = f"did you mean '{close[0]}'? " if close else ""
+        message = f"unknown key; {hint}allowed: {', '.join(allowed)}"
     return f"{source}: {where}: {message}{extra}"
+
+
+def _allowed_keys(path: tuple) -> list[str]:
+    """The field names of the section at ``path`` (a pydantic error location)."""
+    model: Any = RunConfig
+    for part in path:
+        field = getattr(model, "model_fields", {}).get(part)
+        if field is None:
+            return []
+        annotation = field.annotation
+        candidates = [annotation, *typing.get_args(annotation)]
+        models = [c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)]
+        model = models[0] if models else None
+        if model is None:
+            return []
+    return list(model.model_fields)
 
 
 def parse_value(text: str) -> Any:

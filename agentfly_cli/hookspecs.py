@@ -52,5 +52,10 @@ def register_backends(register):
 
 
 @hookspec
+def register_algorithms(register):
+    """Register advantages or policy losses: ``register(kind, name, fn, description="")``."""
+
+
+@hookspec
 def register_commands(app):
     """Add commands to the ``agentfly`` Typer app: ``@app.command()`` or ``app.add_typer(...)``."""

@@ -29,12 +29,14 @@ ENTRY_POINT_GROUP = "agentfly"
 BUILTIN_DISTRIBUTION = "agentfly-cli"
 LOAD_PLUGINS_ENV = "AGENTFLY_LOAD_PLUGINS"
 HOOK_KINDS = {
-    "register_tools": "tools",
-    "register_rewards": "rewards",
-    "register_envs": "envs",
-    "register_recipes": "recipes",
-    "register_backends": "backends",
+    "register_tools": ("tools",),
+    "register_rewards": ("rewards",),
+    "register_envs": ("envs",),
+    "register_recipes": ("recipes",),
+    "register_backends": ("backends",),
+    "register_algorithms": ("advantages", "policy_losses"),
 }
+ALGORITHM_KINDS = {"advantage": "advantages", "policy_loss": "policy_losses"}
 
 
 def hook_names() -> list[str]:
@@ -260,12 +262,12 @@ def _pending_message(exc: pluggy.PluginValidationError) -> str:
 
 
 def _run_register_hooks(host: PluginHost) -> None:
-    for hook_name, kind in HOOK_KINDS.items():
-        registry = host.components.of(kind)
+    for hook_name in HOOK_KINDS:
         for implementation in getattr(host.manager.hook, hook_name).get_hookimpls():
             info = host.plugin(implementation.plugin_name)
             staged: list[Entry] = []
-            register = _REGISTER_FACTORIES[kind](staged, info.provenance, implementation.plugin)
+            factory = _REGISTER_FACTORIES[hook_name]
+            register = factory(staged, info.provenance, implementation.plugin)
             try:
                 _call_hook(implementation, register=register)
             except (Exception, SystemExit) as exc:
@@ -274,7 +276,7 @@ def _run_register_hooks(host: PluginHost) -> None:
             conflicts = []
             for entry in staged:
                 try:
-                    registry.add(entry)
+                    host.components.of(entry.kind).add(entry)
                 except ComponentConflictError as exc:
                     conflicts.append(str(exc))
             if conflicts:
@@ -340,12 +342,29 @@ def _backend_register(staged: list[Entry], provenance: Provenance, _: Any) -> Ca
     return register
 
 
+def _algorithm_register(staged: list[Entry], provenance: Provenance, _: Any) -> Callable[..., None]:
+    def register(kind: str, name: str, fn: Any, description: str = "") -> None:
+        """``kind`` is "advantage" or "policy_loss"; ``fn`` is the estimator or loss."""
+        if kind not in ALGORITHM_KINDS:
+            allowed = ", ".join(repr(k) for k in ALGORITHM_KINDS)
+            raise ValueError(f"unknown algorithm kind {kind!r} for '{name}'; kinds: {allowed}")
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"{kind} name must be a non-empty string, got {name!r}")
+        if not callable(fn):
+            raise TypeError(f"{kind} '{name}': fn must be callable")
+        summary = description or (getattr(fn, "__doc__", None) or "").strip().split("\n")[0]
+        staged.append(Entry(ALGORITHM_KINDS[kind], name, fn, provenance, summary))
+
+    return register
+
+
 _REGISTER_FACTORIES = {
-    "tools": _callable_register("tools", Tool),
-    "rewards": _callable_register("rewards", Reward),
-    "envs": _env_register,
-    "recipes": _recipe_register,
-    "backends": _backend_register,
+    "register_tools": _callable_register("tools", Tool),
+    "register_rewards": _callable_register("rewards", Reward),
+    "register_envs": _env_register,
+    "register_recipes": _recipe_register,
+    "register_backends": _backend_register,
+    "register_algorithms": _algorithm_register,
 }
 
 _host: PluginHost | None = None

@@ -1,4 +1,4 @@
-"""Named components (tools, rewards, envs, recipes, backends) that remember their plugin."""
+"""Named components (tools, rewards, envs, recipes, backends, algorithms) and their plugins."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from typing import Any
 
 from agentfly_cli.errors import ComponentConflictError, UnknownComponentError
 
-KINDS = ("tools", "rewards", "envs", "recipes", "backends")
+KINDS = ("tools", "rewards", "envs", "recipes", "backends", "advantages", "policy_losses")
+SINGULAR = {"advantages": "advantage", "policy_losses": "policy_loss"}
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ class Registry:
 
     @property
     def singular(self) -> str:
-        return self.kind.rstrip("s")
+        return SINGULAR.get(self.kind, self.kind.rstrip("s"))
 
     def add(self, entry: Entry) -> None:
         """Add ``entry``; raise :class:`ComponentConflictError` if its name is taken."""
@@ -137,6 +138,8 @@ class Components:
     envs: Registry = field(default_factory=lambda: Registry("envs"))
     recipes: Registry = field(default_factory=lambda: Registry("recipes"))
     backends: Registry = field(default_factory=lambda: Registry("backends"))
+    advantages: Registry = field(default_factory=lambda: Registry("advantages"))
+    policy_losses: Registry = field(default_factory=lambda: Registry("policy_losses"))
 
     def of(self, kind: str) -> Registry:
         if kind not in KINDS:

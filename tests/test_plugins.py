@@ -330,6 +330,7 @@ def test_hook_names_match_the_hookspecs():
         "register_envs",
         "register_recipes",
         "register_backends",
+        "register_algorithms",
         "register_commands",
     ]
 

@@ -235,15 +235,37 @@ class ChatTemplate:
         return [{"role": fmt.role, "content": joined}]
 
     def observation_delta(
-        self, messages: list[dict[str, Any]], tools: list[dict] | None = None
+        self, messages: list[dict[str, Any]], tools: list[dict] | None = None, closed: bool = True
     ) -> list[int]:
         """Ids that follow an assistant turn ended by its end-of-turn token: the template's text
-        after that token, then ``messages``, then the next generation prompt."""
+        after that token, then ``messages``, then the next generation prompt. With ``closed``
+        False (the turn ended on a stop token), the end-of-turn token comes first."""
         # Tokenized behind the end-of-turn token, as in the full conversation, so that tokenizers
         # which treat the start of a text specially (a SentencePiece dummy prefix) agree.
         text = self.delta_text(messages, tools)
         ids = self.encode_text(self._eot_text + text)
-        return ids[1:] if ids[:1] == self.eot_token_ids[:1] else self.encode_text(text)
+        if ids[:1] != self.eot_token_ids[:1]:
+            ids = self.eot_token_ids[:1] + self.encode_text(text)
+        if closed:
+            return ids[1:]
+        # The turn ended on a stop token, not on its end-of-turn token: close it first.
+        return (self.encode_text(self._before_eot) if self._before_eot else []) + ids
+
+    def stop_token_ids(self, stops: list[str]) -> list[int]:
+        """Ids of every vocabulary token whose text contains one of ``stops`` (e.g. a newline),
+        special tokens excepted: sampling one ends the turn."""
+        if not stops:
+            return []
+        tokenizer = self.tokenizer
+        special = set(getattr(tokenizer, "all_special_ids", []) or [])
+        found = []
+        for token_id in range(len(tokenizer)):
+            if token_id in special:
+                continue
+            text = tokenizer.decode([token_id])
+            if any(stop in text for stop in stops):
+                found.append(token_id)
+        return found
 
     def delta_text(self, messages: list[dict[str, Any]], tools: list[dict] | None = None) -> str:
         """The text of :meth:`observation_delta`.

@@ -16,6 +16,7 @@ from agentfly_cli.cli import (
     rewards_cmd,
     rollout_cmd,
     tools_cmd,
+    train_cmd,
     view_cmd,
 )
 from agentfly_cli.cli.output import handle_errors
@@ -61,6 +62,8 @@ def build_app(*, with_plugin_commands: bool = True) -> typer.Typer:
     app.command("rollout")(rollout_cmd.rollout)
     app.command("eval")(rollout_cmd.evaluate)
     app.command("view")(view_cmd.view)
+    app.command("train")(train_cmd.train)
+    app.command("export")(train_cmd.export)
     if with_plugin_commands:
         get_plugin_host().add_commands(app)
     return app

@@ -45,6 +45,7 @@ class _Chain:
     messages: list[dict[str, Any]]
     state: ChainState = ChainState.GENERATING
     errors: int = 0
+    turn_closed: bool = True  # the last assistant turn ended on its end-of-turn token
     envs: dict[str, Any] = field(default_factory=dict)
     env_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     stack: AsyncExitStack = field(default_factory=AsyncExitStack)
@@ -106,7 +107,9 @@ class RolloutEngine:
         missing = sorted({t.env for t in tools if t.env and t.env not in self.env_specs})
         if missing:
             raise ValueError(f"tools need envs that were not given: {', '.join(missing)}")
-        self._stop_ids = tuple(chat.eot_token_ids)
+        self._eot_ids = frozenset(chat.eot_token_ids)
+        extra_stops = [i for i in chat.stop_token_ids(self.settings.stop) if i not in self._eot_ids]
+        self._stop_ids = (*chat.eot_token_ids, *extra_stops)
         self._live: dict[int, _Chain] = {}  # chains running now, for live_states()
         self._invoke_options: dict[str, Any] = {}
         if self.settings.tool_timeout is not None:
@@ -223,7 +226,9 @@ class RolloutEngine:
             chain.messages.extend(observation)
             if trajectory.finish_reason:
                 return
-            delta = self.chat.observation_delta(observation, self.tool_schemas)
+            delta = self.chat.observation_delta(
+                observation, self.tool_schemas, closed=chain.turn_closed
+            )
             if len(trajectory.ids) + len(delta) >= settings.max_total_tokens:
                 trajectory.finish_reason = "length"
                 return
@@ -255,7 +260,8 @@ class RolloutEngine:
             logprobs=generation.logprobs,
             finish_reason=generation.finish_reason,
         )
-        body = ids[:-1] if ids and ids[-1] in self._stop_ids else ids
+        chain.turn_closed = bool(ids) and ids[-1] in self._eot_ids
+        body = ids[:-1] if chain.turn_closed else ids
         text = self.chat.decode(body)
         parsed = self.parser.parse(text)
         message: dict[str, Any] = {"role": "assistant", "content": text}

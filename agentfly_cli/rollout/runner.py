@@ -49,8 +49,12 @@ def _reward_for(config: RunConfig, host):
     return CombinedReward(parts)
 
 
-def build_rollout(config: RunConfig) -> RolloutRun:
-    """Resolve every component named by ``config``; errors are one-line UserErrors."""
+def build_rollout(config: RunConfig, backend_factory: Callable | None = None) -> RolloutRun:
+    """Resolve every component named by ``config``; errors are one-line UserErrors.
+
+    ``backend_factory(backend_config, chat)`` replaces the registered backend's factory (the
+    trainer uses it to hand its own model to the ``hf`` backend).
+    """
     started = time.perf_counter()
     from agentfly_cli.chat.parsers import get_parser
     from agentfly_cli.chat.templates import ChatTemplate
@@ -92,7 +96,7 @@ def build_rollout(config: RunConfig) -> RolloutRun:
         config.chat.chat_template_kwargs or None,
     )
     parser = get_parser(config.chat.parser or chat.default_parser, config.chat.parser_options)
-    backend = backend_ref.factory(backend_config, chat)
+    backend = (backend_factory or backend_ref.factory)(backend_config, chat)
     engine = RolloutEngine(
         backend,
         chat,

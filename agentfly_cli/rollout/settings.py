@@ -19,6 +19,11 @@ class RolloutSettings(BaseModel):
     max_errors: int = Field(
         3, ge=1, description="stop a chain after this many error observations (error budget)"
     )
+    stop: list[str] = Field(
+        default_factory=list,
+        description="end a turn at any sampled token whose text contains one of these "
+        "(such as a newline); the token stays in the record and the end-of-turn token follows",
+    )
     concurrency: int = Field(64, ge=1, description="chains in flight at once")
     temperature: float = Field(1.0, ge=0)
     top_p: float = Field(1.0, gt=0, le=1)

@@ -1,0 +1,1 @@
+"""Training: the RL loop, its losses, checkpoints and telemetry."""

@@ -1,0 +1,165 @@
+"""Advantage estimators: GRPO (and Dr.GRPO), RLOO, REINFORCE++ (with a group baseline), GAE.
+
+Every estimator is ``fn(data: AdvantageInput, config: AlgorithmConfig) -> AdvantageOutput``.
+Rows are trajectories, columns tokens; only positions where ``mask`` is 1 are trained, and
+tokens in between (tool outputs, prompts) are skipped as if absent. The outcome estimators
+(grpo, rloo) score a row by its reward plus the sum of its masked ``token_rewards``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+
+import torch
+
+from agentfly_cli.train.algorithms import AdvantageInput, AdvantageOutput, AlgorithmConfig
+
+
+def grpo_advantages(data: AdvantageInput, config: AlgorithmConfig) -> AdvantageOutput:
+    """GRPO: (r - group mean) / (group std + eps); Dr.GRPO (norm_adv_by_std=False): r - mean."""
+    mask, scores = _mask_and_scores(data)
+    count, mean, std = group_stats(scores, data.group_ids)
+    centered = scores - mean
+    if config.norm_adv_by_std:
+        centered = centered / (std + config.adv_eps)
+    advantage = torch.where(count > 1, centered, torch.zeros_like(centered))
+    return AdvantageOutput(advantage[:, None] * mask)
+
+
+def rloo_advantages(data: AdvantageInput, config: AlgorithmConfig) -> AdvantageOutput:
+    """RLOO: r_i minus the mean of the other rewards of its group (0 for a lone sample)."""
+    mask, scores = _mask_and_scores(data)
+    count, mean, _ = group_stats(scores, data.group_ids)
+    others = (mean * count - scores) / (count - 1).clamp(min=1)
+    advantage = torch.where(count > 1, scores - others, torch.zeros_like(scores))
+    return AdvantageOutput(advantage[:, None] * mask)
+
+
+def reinforce_pp_advantages(data: AdvantageInput, config: AlgorithmConfig) -> AdvantageOutput:
+    """REINFORCE++: discounted return per token, whitened over the batch's masked tokens."""
+    return _whitened_returns(data, _rewards(data), config)
+
+
+def reinforce_pp_baseline_advantages(
+    data: AdvantageInput, config: AlgorithmConfig
+) -> AdvantageOutput:
+    """REINFORCE++ with a baseline: rewards minus their group mean, then as REINFORCE++."""
+    rewards = _rewards(data)
+    _, mean, _ = group_stats(rewards, data.group_ids)
+    return _whitened_returns(data, rewards - mean, config)
+
+
+def gae_advantages(data: AdvantageInput, config: AlgorithmConfig) -> AdvantageOutput:
+    """PPO's GAE over masked tokens with a value head; advantages whitened over the batch."""
+    if data.values is None:
+        raise ValueError(
+            "advantage 'gae' needs values from a value head (AdvantageInput.values); "
+            "train a critic or pick an estimator without one, e.g. grpo"
+        )
+    mask = data.mask.bool()
+    rewards = _rewards(data)
+    values = torch.where(mask, data.values.detach().to(rewards.dtype), 0.0)
+    level = token_level_rewards(rewards, mask, data.token_rewards)
+    advantages = torch.zeros_like(level)
+    next_value = torch.zeros_like(rewards)
+    next_advantage = torch.zeros_like(rewards)
+    for t in reversed(range(level.shape[1])):
+        trained = mask[:, t]
+        delta = level[:, t] + config.gamma * next_value - values[:, t]
+        advantage = delta + config.gamma * config.lam * next_advantage
+        advantages[:, t] = torch.where(trained, advantage, 0.0)
+        next_value = torch.where(trained, values[:, t], next_value)
+        next_advantage = torch.where(trained, advantage, next_advantage)
+    returns = torch.where(mask, advantages + values, 0.0)
+    return AdvantageOutput(masked_whiten(advantages, mask, config.adv_eps), returns)
+
+
+def group_stats(
+    scores: torch.Tensor, group_ids: Sequence[Hashable]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per row: its group's size, mean and unbiased std (std 0 for a group of one)."""
+    if len(group_ids) != scores.shape[0]:
+        raise ValueError(f"{scores.shape[0]} rewards but {len(group_ids)} group ids")
+    keys: dict[Hashable, int] = {}
+    index = torch.tensor(
+        [keys.setdefault(key, len(keys)) for key in group_ids],
+        dtype=torch.long,
+        device=scores.device,
+    )
+    zeros = scores.new_zeros(len(keys))
+    count = zeros.index_add(0, index, torch.ones_like(scores))
+    mean = zeros.index_add(0, index, scores) / count
+    squares = zeros.index_add(0, index, (scores - mean[index]) ** 2)
+    std = (squares / (count - 1).clamp(min=1)).sqrt()
+    return count[index], mean[index], std[index]
+
+
+def token_level_rewards(
+    rewards: torch.Tensor, mask: torch.Tensor, token_rewards: torch.Tensor | None = None
+) -> torch.Tensor:
+    """[B, T]: ``token_rewards`` on masked tokens plus each scalar reward on its last one."""
+    mask = mask.bool()
+    level = torch.zeros(mask.shape, dtype=rewards.dtype, device=rewards.device)
+    if token_rewards is not None:
+        level = torch.where(mask, token_rewards.to(rewards.dtype), level)
+    positions = torch.arange(mask.shape[1], device=mask.device)
+    last = torch.where(mask, positions, -1).max(dim=1).values
+    rows = torch.nonzero(last >= 0).squeeze(1)
+    level[rows, last[rows]] += rewards[rows]
+    return level
+
+
+def discounted_returns(level: torch.Tensor, mask: torch.Tensor, gamma: float) -> torch.Tensor:
+    """Backward discounted sum over masked tokens only (each masked token is one step)."""
+    mask = mask.bool()
+    level = torch.where(mask, level, 0.0)
+    if gamma == 1.0:
+        returns = level.flip(1).cumsum(1).flip(1)
+        return torch.where(mask, returns, 0.0)
+    returns = torch.zeros_like(level)
+    running = level.new_zeros(level.shape[0])
+    for t in reversed(range(level.shape[1])):
+        running = torch.where(mask[:, t], level[:, t] + gamma * running, running)
+        returns[:, t] = torch.where(mask[:, t], running, 0.0)
+    return returns
+
+
+def masked_whiten(values: torch.Tensor, mask: torch.Tensor, eps: float) -> torch.Tensor:
+    """(x - mean) / (unbiased std + eps) over the masked entries; 0 elsewhere."""
+    mask = mask.bool()
+    selected = values[mask]
+    if selected.numel() == 0:
+        return torch.zeros_like(values)
+    centered = values - selected.mean()
+    if selected.numel() > 1:
+        centered = centered / (selected.std() + eps)
+    return torch.where(mask, centered, 0.0)
+
+
+def _whitened_returns(
+    data: AdvantageInput, rewards: torch.Tensor, config: AlgorithmConfig
+) -> AdvantageOutput:
+    level = token_level_rewards(rewards, data.mask, data.token_rewards)
+    returns = discounted_returns(level, data.mask, config.gamma)
+    return AdvantageOutput(masked_whiten(returns, data.mask, config.adv_eps), returns)
+
+
+def _rewards(data: AdvantageInput) -> torch.Tensor:
+    rewards = data.rewards
+    if not rewards.is_floating_point():
+        rewards = rewards.to(torch.get_default_dtype())
+    if rewards.dim() != 1 or rewards.shape[0] != data.mask.shape[0]:
+        raise ValueError(
+            f"rewards must be [B] with B = {data.mask.shape[0]} rows, got {tuple(rewards.shape)}"
+        )
+    return rewards
+
+
+def _mask_and_scores(data: AdvantageInput) -> tuple[torch.Tensor, torch.Tensor]:
+    """The float mask and each row's score: reward plus its masked token rewards."""
+    rewards = _rewards(data)
+    mask = data.mask.to(rewards.dtype)
+    if data.token_rewards is None:
+        return mask, rewards
+    shaped = torch.where(mask.bool(), data.token_rewards.to(rewards.dtype), 0.0)
+    return mask, rewards + shaped.sum(dim=1)

@@ -1,0 +1,232 @@
+"""The ``torch`` train backend: one process, CPU or one GPU, AdamW.
+
+In bfloat16 the model runs in bf16 while the optimizer keeps float32 master weights: each
+``backward`` moves the bf16 gradients into float32 accumulators, and ``step`` updates the
+masters and copies them back into the model (what DeepSpeed's bf16 mode does too).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from agentfly_cli.errors import UserError
+from agentfly_cli.train.backends.base import (
+    TrainBackend,
+    TrainBackendConfig,
+    atomic_torch_save,
+    iter_weights,
+    load_hf_model,
+    make_scheduler,
+    prepare_model,
+    resolve_device,
+    resolve_dtype,
+    strip_prefix,
+    trainable_parameters,
+    write_hf_folder,
+)
+
+CHECKPOINT_FILE = "train_state.pt"
+CHECKPOINT_FORMAT = "agentfly-torch-backend/1"
+
+
+def make_adamw(params: list, config: TrainBackendConfig):
+    """``torch.optim.AdamW`` with the configured hyperparameters (foreach by default)."""
+    import torch
+
+    return torch.optim.AdamW(
+        params,
+        lr=config.lr,
+        betas=tuple(config.betas),
+        eps=config.eps,
+        weight_decay=config.weight_decay,
+    )
+
+
+def grad_norm(params: list, max_norm: float | None) -> float:
+    """The global L2 grad norm of ``params``, clipping to ``max_norm`` when it is set."""
+    import torch
+
+    grads = [p for p in params if p.grad is not None]
+    if not grads:
+        return 0.0
+    limit = float("inf") if max_norm is None else max_norm  # inf: measure, never scale
+    return float(torch.nn.utils.clip_grad_norm_(grads, limit))
+
+
+class TorchBackend(TrainBackend):
+    """A transformers model (optionally with LoRA) trained in this process."""
+
+    name = "torch"
+
+    def __init__(self, model_path: str | Path, config: TrainBackendConfig):
+        """Load ``model_path`` onto the configured device and dtype, build optimizer and LR."""
+        import torch
+
+        self.config = config
+        self.model_path = str(model_path)
+        self.device = resolve_device(config.device)
+        self.dtype = resolve_dtype(config.dtype, self.device)
+        model = load_hf_model(model_path, self.dtype).to(self.device)
+        self.model = prepare_model(model, config)
+        self.lora = config.lora is not None
+        self._params = trainable_parameters(self.model)
+        if not self._params:
+            raise UserError("train backend: the model has no trainable parameters")
+        # float32 master copies for parameters kept in a lower precision
+        self._masters = [
+            p if p.dtype == torch.float32 else p.detach().float().requires_grad_(True)
+            for p in self._params
+        ]
+        pairs = zip(self._params, self._masters, strict=True)
+        self._pairs = [(p, m) for p, m in pairs if m is not p]
+        self.optimizer = make_adamw(self._masters, config)
+        self.scheduler = make_scheduler(self.optimizer, config)
+
+    # ---- training -------------------------------------------------------------------------
+
+    def unwrapped(self) -> Any:
+        """The HF model, or the PEFT model under LoRA (the same object as ``model``)."""
+        return self.model
+
+    def backward(self, loss) -> None:
+        """``loss.backward()``; low-precision gradients are added to the float32 masters."""
+        loss.backward()
+        for param, master in self._pairs:
+            if param.grad is None:
+                continue
+            if master.grad is None:
+                master.grad = param.grad.float()
+            else:
+                master.grad.add_(param.grad)
+            param.grad = None
+
+    def step(self) -> float:
+        """Clip, AdamW step, LR step, zero grads; the grad norm before clipping."""
+        import math
+
+        import torch
+
+        norm = grad_norm(self._masters, self.config.max_grad_norm)
+        if math.isfinite(norm):
+            self.optimizer.step()
+            with torch.no_grad():
+                for param, master in self._pairs:
+                    param.copy_(master)
+            self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        for param, _ in self._pairs:
+            param.grad = None
+        return norm
+
+    def current_lr(self) -> float:
+        """The learning rate the next ``step()`` applies."""
+        return float(self.scheduler.get_last_lr()[0])
+
+    # ---- weights --------------------------------------------------------------------------
+
+    def sync_weights(self) -> Iterator[tuple[str, Any]]:
+        """Weights in the base model's names: the live tensors (full fine-tuning), merged
+        copies (LoRA, sync=merge) or the adapter tensors in PEFT's saved names (sync=adapter).
+
+        Live tensors change at the next ``step()``: copy what must outlive it.
+        """
+        from agentfly_cli.train.backends.lora import adapter_state, lora_parameters
+
+        if not self.lora:
+            return iter_weights(self.model)
+        if self.config.sync == "adapter":
+            tensors = {name: p.detach() for name, p in lora_parameters(self.model)}
+            return iter(adapter_state(self.model, tensors).items())
+        return (
+            (strip_prefix(name), tensor)
+            for name, tensor in iter_weights(self.model, merge_lora=True)
+        )
+
+    def model_state(self) -> dict[str, Any]:
+        """``model.state_dict()`` (the PEFT model's, adapters included, under LoRA)."""
+        return self.model.state_dict()
+
+    def load_model_state(self, state: dict[str, Any]) -> None:
+        """Load weights from ``model_state``; the float32 masters follow them."""
+        import torch
+
+        self.model.load_state_dict(state, strict=True)
+        with torch.no_grad():
+            for param, master in self._pairs:
+                master.copy_(param)
+
+    def state_dict(self) -> dict:
+        """Optimizer, LR schedule and (in bf16) the float32 master weights."""
+        return {
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "masters": [m.detach() for _, m in self._pairs],
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Load what ``state_dict`` returned (after ``load_model_state``)."""
+        import torch
+
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        masters = state.get("masters") or []
+        if len(masters) != len(self._pairs):
+            raise UserError(
+                f"train backend checkpoint holds {len(masters)} master weights, the model "
+                f"needs {len(self._pairs)}: was it saved with another dtype or LoRA setting?"
+            )
+        with torch.no_grad():
+            for (param, master), saved in zip(self._pairs, masters, strict=True):
+                master.copy_(saved)
+                param.copy_(master)
+
+    def save_checkpoint(self, folder: str | Path) -> None:
+        """``folder/train_state.pt``: model state, optimizer and schedule (atomic write)."""
+        state = {
+            "format": CHECKPOINT_FORMAT,
+            "model": self.model_state(),
+            "train": self.state_dict(),
+        }
+        atomic_torch_save(state, Path(folder) / CHECKPOINT_FILE)
+
+    def load_checkpoint(self, folder: str | Path) -> None:
+        """Resume from ``save_checkpoint``'s folder."""
+        import torch
+
+        path = Path(folder) / CHECKPOINT_FILE
+        if not path.is_file():
+            raise UserError(f"no train backend checkpoint at {str(path)!r}")
+        state = torch.load(path, map_location=self.device, weights_only=True)
+        if state.get("format") != CHECKPOINT_FORMAT:
+            raise UserError(f"{str(path)!r} is not a torch train backend checkpoint")
+        self.load_model_state(state["model"])
+        self.load_state_dict(state["train"])
+
+    def save_model(self, folder: str | Path) -> None:
+        """A Hugging Face model folder; under LoRA the merged full model."""
+        if self.lora:
+            weights = {
+                strip_prefix(name): t for name, t in iter_weights(self.model, merge_lora=True)
+            }
+        else:
+            weights = dict(iter_weights(self.model))
+        write_hf_folder(folder, weights, self.model)
+
+    def save_adapter(self, folder: str | Path) -> None:
+        """The LoRA adapter as a PEFT folder (``PeftModel.from_pretrained`` reads it)."""
+        if not self.lora:
+            super().save_adapter(folder)
+        self.model.save_pretrained(str(folder), save_embedding_layers=False)
+
+    def close(self) -> None:
+        """Drop the model and optimizer; free cached GPU memory."""
+        import torch
+
+        self.model = None
+        self.optimizer = None
+        self.scheduler = None
+        self._params = self._masters = self._pairs = []
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()

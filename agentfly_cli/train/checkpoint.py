@@ -1,0 +1,135 @@
+"""Checkpoints of a run: ``RUN_DIR/checkpoints/step-000004/``, written atomically.
+
+A checkpoint holds the model as a Hugging Face folder (``model/``, with the tokenizer, so that
+``agentfly export`` and ``from_pretrained`` read it as is), the train backend's own state
+(weights, optimizer and scheduler, in ``backend/``), and the trainer's state
+(``trainer_state.pt``: step, data position, RNG states, extras such as a value head).
+
+Everything is written into a temporary folder beside the final one, then renamed: a crash
+leaves either the previous checkpoint or the new one, never a half-written one.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+_STEP = re.compile(r"^step-(\d{6,})$")
+
+
+def rng_state() -> dict[str, Any]:
+    """Python, NumPy and torch RNG states (CUDA too where present)."""
+    state: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    try:
+        import numpy
+
+        state["numpy"] = numpy.random.get_state()
+    except ImportError:  # pragma: no cover - numpy comes with torch
+        pass
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    torch.set_rng_state(state["torch"])
+    if "numpy" in state:
+        import numpy
+
+        numpy.random.set_state(state["numpy"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+class CheckpointManager:
+    """Saves, finds, loads and prunes the checkpoints of one run folder."""
+
+    def __init__(self, run_dir: str | Path, *, keep: int = 2) -> None:
+        self.root = Path(run_dir) / "checkpoints"
+        self.keep = keep
+
+    def steps(self) -> list[int]:
+        """Steps of the complete checkpoints, oldest first."""
+        if not self.root.is_dir():
+            return []
+        found = [_STEP.match(p.name) for p in self.root.iterdir() if p.is_dir()]
+        return sorted(int(m.group(1)) for m in found if m)
+
+    def path(self, step: int) -> Path:
+        return self.root / f"step-{step:06d}"
+
+    def latest(self) -> Path | None:
+        steps = self.steps()
+        return self.path(steps[-1]) if steps else None
+
+    def save(
+        self,
+        step: int,
+        *,
+        backend: Any,
+        tokenizer: Any = None,
+        data_position: int = 0,
+        extra: dict[str, Any] | None = None,
+    ) -> Path:
+        """Write the checkpoint of ``step`` (the number of finished steps)."""
+        final = self.path(step)
+        temp = self.root / f".tmp-step-{step:06d}-{os.getpid()}"
+        if backend.is_main:
+            shutil.rmtree(temp, ignore_errors=True)
+            temp.mkdir(parents=True)
+        backend.barrier()
+        backend.save_checkpoint(temp / "backend")
+        backend.save_model(temp / "model")
+        if backend.is_main:
+            if tokenizer is not None:
+                tokenizer.save_pretrained(str(temp / "model"))
+            state = {
+                "step": step,
+                "data_position": data_position,
+                "rng": rng_state(),
+                "extra": extra or {},
+            }
+            torch.save(state, temp / "trainer_state.pt")
+            if final.exists():
+                shutil.rmtree(final)
+            os.replace(temp, final)
+            self._prune()
+        backend.barrier()
+        return final
+
+    def load_latest(self, backend: Any) -> dict[str, Any] | None:
+        """Load the newest checkpoint into ``backend``; its trainer state, or None if none."""
+        latest = self.latest()
+        if latest is None:
+            return None
+        backend.load_checkpoint(latest / "backend")
+        state = torch.load(latest / "trainer_state.pt", weights_only=False)
+        set_rng_state(state["rng"])
+        return state
+
+    def _prune(self) -> None:
+        for step in self.steps()[: -self.keep]:
+            shutil.rmtree(self.path(step), ignore_errors=True)
+
+
+def find_model_folder(run_dir: str | Path) -> Path:
+    """The HF model folder of a run's newest checkpoint (or ``run_dir`` given a checkpoint)."""
+    from agentfly_cli.errors import UserError
+
+    run_dir = Path(run_dir)
+    if (run_dir / "model" / "config.json").is_file():
+        return run_dir / "model"
+    latest = CheckpointManager(run_dir).latest()
+    if latest is None or not (latest / "model" / "config.json").is_file():
+        raise UserError(
+            f"{run_dir} holds no checkpoint; pass the folder of an `agentfly train` run "
+            "(it has checkpoints/step-*/model)"
+        )
+    return latest / "model"

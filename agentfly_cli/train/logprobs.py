@@ -1,0 +1,161 @@
+"""Token logprobs of a causal LM, computed without full-vocabulary logits for the whole batch.
+
+The transformer body runs once over the batch; the output head then runs only on the
+positions that predict trained tokens, a chunk of rows at a time, each chunk under activation
+checkpointing. Peak memory for the head is one chunk of fp32 logits ``[chunk, vocab]``
+instead of ``[batch, seq, vocab]``; the backward pass recomputes each chunk's logits.
+
+A group's shared prompt can be forwarded once (batch 1) and its KV expanded to the group's
+continuations: gradients flow back through the expanded KV into the one prefix pass, so the
+result equals running every full sequence, at a fraction of the cost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch.utils.checkpoint import checkpoint
+
+
+@dataclass
+class TokenStats:
+    """Per trained position: the logprob of the target token and, if asked, the entropy."""
+
+    logprobs: torch.Tensor  # [N] float32
+    entropy: torch.Tensor | None  # [N] float32
+    hidden: torch.Tensor | None = None  # [N, H] last hidden states (for a value head)
+
+
+def split_model(model: Any) -> tuple[Any, Any]:
+    """``(body, head)`` of a causal LM: the decoder that returns hidden states, and the output
+    projection. Unwraps DeepSpeed engines, DDP and PEFT models."""
+    inner = model
+    for _ in range(4):
+        if hasattr(inner, "module") and not hasattr(inner, "get_output_embeddings"):
+            inner = inner.module  # DeepSpeed engine, DDP
+            continue
+        if hasattr(inner, "get_base_model"):
+            inner = inner.get_base_model()  # PEFT: LoRA layers stay injected in place
+            continue
+        break
+    head = inner.get_output_embeddings()
+    body = getattr(inner, getattr(inner, "base_model_prefix", ""), None)
+    if body is None or head is None or body is inner:
+        raise TypeError(
+            f"{type(inner).__name__} is not a causal LM with a decoder body and an output head"
+        )
+    return body, head
+
+
+def _head_chunk(head: Any, hidden: torch.Tensor, targets: torch.Tensor, entropy: bool):
+    logits = head(hidden).float()
+    logp = torch.log_softmax(logits, dim=-1)
+    picked = logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    if not entropy:
+        return picked, picked.new_zeros(())
+    ent = -(logp.exp() * logp).sum(-1)
+    return picked, ent
+
+
+def head_logprobs(
+    head: Any,
+    hidden: torch.Tensor,
+    targets: torch.Tensor,
+    *,
+    chunk_size: int = 1024,
+    entropy: bool = False,
+) -> TokenStats:
+    """Logprobs of ``targets`` [N] under ``head(hidden)`` for hidden [N, H], chunk by chunk."""
+    pieces, entropies = [], []
+    needs_ckpt = torch.is_grad_enabled() and hidden.requires_grad
+    for start in range(0, hidden.shape[0], chunk_size):
+        h = hidden[start : start + chunk_size]
+        t = targets[start : start + chunk_size]
+        if needs_ckpt:
+            lp, ent = checkpoint(_head_chunk, head, h, t, entropy, use_reentrant=False)
+        else:
+            lp, ent = _head_chunk(head, h, t, entropy)
+        pieces.append(lp)
+        if entropy:
+            entropies.append(ent)
+    logprobs = torch.cat(pieces) if pieces else hidden.new_zeros(0, dtype=torch.float32)
+    ent_all = torch.cat(entropies) if entropies else None
+    return TokenStats(logprobs, ent_all)
+
+
+@dataclass
+class SequenceBatch:
+    """Right-padded continuations that may share one prompt prefix.
+
+    ``prefix_ids`` [P] is forwarded once (P may be 0). ``input_ids`` [B, S] are the rows after
+    it; ``attention_mask`` [B, S] marks real tokens; ``targets`` [B, S] is the next token at each
+    position and ``target_mask`` [B, S] marks positions whose target is trained.
+    """
+
+    prefix_ids: torch.Tensor
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    targets: torch.Tensor
+    target_mask: torch.Tensor
+
+    @property
+    def num_tokens(self) -> int:
+        """Token positions the body runs over (prefix once, plus the padded rows)."""
+        return int(self.prefix_ids.numel() + self.input_ids.numel())
+
+
+def sequence_logprobs(
+    model: Any,
+    batch: SequenceBatch,
+    *,
+    chunk_size: int = 1024,
+    entropy: bool = False,
+    return_hidden: bool = False,
+) -> TokenStats:
+    """Logprobs (and entropies) at ``batch.target_mask`` positions, in row-major order."""
+    body, head = split_model(model)
+    rows, width = batch.input_ids.shape
+    prefix_len = int(batch.prefix_ids.numel())
+    device = batch.input_ids.device
+    past = None
+    if prefix_len:
+        from transformers import DynamicCache
+
+        past = DynamicCache()
+        body(
+            input_ids=batch.prefix_ids.view(1, -1),
+            attention_mask=torch.ones(1, prefix_len, dtype=torch.long, device=device),
+            past_key_values=past,
+            use_cache=True,
+        )
+        if rows > 1:
+            past.batch_repeat_interleave(rows)
+    attention = batch.attention_mask.long()
+    if prefix_len:
+        ones = torch.ones(rows, prefix_len, dtype=attention.dtype, device=device)
+        attention = torch.cat([ones, attention], dim=1)
+    positions = torch.arange(prefix_len, prefix_len + width, device=device).expand(rows, width)
+    out = body(
+        input_ids=batch.input_ids,
+        attention_mask=attention,
+        position_ids=positions,
+        past_key_values=past,
+        use_cache=past is not None,
+    )
+    hidden = out.last_hidden_state
+    select = batch.target_mask.bool()
+    picked = hidden[select]
+    targets = batch.targets[select]
+    stats = head_logprobs(head, picked, targets, chunk_size=chunk_size, entropy=entropy)
+    if return_hidden:
+        stats.hidden = picked
+    return stats
+
+
+def naive_sequence_logprobs(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor):
+    """Reference: full logits in fp32 for the whole batch, then log-softmax (what we avoid)."""
+    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits.float()
+    logp = torch.log_softmax(logits[:, :-1], dim=-1)
+    return logp.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)

@@ -1,0 +1,196 @@
+"""Policy losses (PPO with clip-higher and dual clip, GSPO), their aggregation, and the
+KL, entropy, truncated-importance-sampling and value-loss helpers.
+
+A policy loss is ``fn(logprobs, old_logprobs, advantages, mask, config)`` and returns the
+per-token loss [B, T] (0 where mask is 0) and float metrics: ``clip_frac`` (fraction of
+masked tokens whose clipped term was taken) and ``approx_kl`` (k1: mean of old - new
+log-probabilities over masked tokens). Positions where mask is 0 never leak NaN or inf.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from agentfly_cli.train.algorithms import AlgorithmConfig
+
+MAX_LOG_RATIO = 20.0
+MAX_GSPO_LOG_RATIO = 10.0
+
+
+def ppo_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    config: AlgorithmConfig,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Clipped PPO with separate low/high clip ranges and optional dual clip (clip_ratio_c)."""
+    trained = mask.bool()
+    log_ratio = torch.where(trained, logprobs - old_logprobs, 0.0)
+    ratio = log_ratio.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO).exp()
+    advantages = torch.where(trained, advantages, 0.0)
+    loss, clipped = _clipped_objective(ratio, advantages, config)
+    metrics = {
+        "clip_frac": _masked_mean(clipped, trained),
+        "approx_kl": _masked_mean(-log_ratio.detach(), trained),
+        "dual_clip_frac": 0.0,
+    }
+    if config.clip_ratio_c is not None:
+        bound = -advantages * config.clip_ratio_c
+        negative = advantages < 0
+        metrics["dual_clip_frac"] = _masked_mean(negative & (loss > bound), trained)
+        loss = torch.where(negative, torch.minimum(loss, bound), loss)
+    return torch.where(trained, loss, 0.0), metrics
+
+
+def gspo_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    config: AlgorithmConfig,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """GSPO: the sequence ratio (geometric mean of token ratios), clipped, applied per token.
+
+    Token t of row i uses ``sg(s_i) * exp(logprobs_t - sg(logprobs_t))``: its value is the
+    sequence ratio s_i, its gradient flows through its own log-probability only.
+    """
+    trained = mask.bool()
+    log_ratio = torch.where(trained, logprobs - old_logprobs, 0.0)
+    lengths = trained.sum(dim=1).clamp(min=1)
+    sequence_log_ratio = log_ratio.sum(dim=1) / lengths
+    current = torch.where(trained, logprobs, 0.0)
+    token_log_ratio = sequence_log_ratio.detach()[:, None] + current - current.detach()
+    ratio = token_log_ratio.clamp(max=MAX_GSPO_LOG_RATIO).exp()
+    advantages = torch.where(trained, advantages, 0.0)
+    loss, clipped = _clipped_objective(ratio, advantages, config)
+    metrics = {
+        "clip_frac": _masked_mean(clipped, trained),
+        "approx_kl": _masked_mean(-log_ratio.detach(), trained),
+    }
+    return torch.where(trained, loss, 0.0), metrics
+
+
+def tis_weights(
+    old_logprobs: torch.Tensor, sampler_logprobs: torch.Tensor, mask: torch.Tensor, cap: float
+) -> torch.Tensor:
+    """Truncated importance weights min(p_trainer / p_sampler, cap), detached, 0 off the mask."""
+    trained = mask.bool()
+    log_ratio = torch.where(trained, old_logprobs - sampler_logprobs, 0.0).detach()
+    weights = log_ratio.clamp(max=math.log(cap)).exp().clamp(max=cap)
+    return torch.where(trained, weights, 0.0)
+
+
+def aggregate_loss(
+    per_token_loss: torch.Tensor,
+    mask: torch.Tensor,
+    mode: str,
+    *,
+    num_tokens: float | torch.Tensor | None = None,
+    num_seqs: float | torch.Tensor | None = None,
+    seq_len_constant: int | None = None,
+) -> torch.Tensor:
+    """One scalar from a per-token loss; see :func:`batch_counts` for the normalisers.
+
+    Pass the whole mini-batch's ``num_tokens``/``num_seqs`` to every micro-batch so that
+    the micro-batch losses sum to the mini-batch loss. ``seq_len_constant`` defaults to T.
+    """
+    trained = mask.bool()
+    loss = torch.where(trained, per_token_loss, 0.0)
+    tokens = trained.sum() if num_tokens is None else num_tokens
+    seqs = trained.any(dim=1).sum() if num_seqs is None else num_seqs
+    if mode == "token-mean":
+        return loss.sum() / _at_least_one(tokens)
+    if mode == "seq-mean-token-mean":
+        row_means = loss.sum(dim=1) / trained.sum(dim=1).clamp(min=1)
+        return row_means.sum() / _at_least_one(seqs)
+    if mode == "seq-mean-token-sum-norm":
+        constant = seq_len_constant or mask.shape[-1]
+        return loss.sum() / (_at_least_one(seqs) * constant)
+    raise ValueError(
+        f"unknown loss aggregation {mode!r}; use token-mean, seq-mean-token-mean "
+        "or seq-mean-token-sum-norm"
+    )
+
+
+def batch_counts(mask: torch.Tensor) -> tuple[int, int]:
+    """(masked tokens, rows with at least one masked token): the default normalisers."""
+    trained = mask.bool()
+    return int(trained.sum()), int(trained.any(dim=1).sum())
+
+
+def kl_estimate(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kind: str) -> torch.Tensor:
+    """Per-token KL(policy || reference) estimate: k1, k2 or k3 (Schulman's, always >= 0)."""
+    if kind == "k1":
+        return logprobs - ref_logprobs
+    if kind == "k2":
+        return 0.5 * (logprobs - ref_logprobs) ** 2
+    if kind == "k3":
+        log_ratio = (ref_logprobs - logprobs).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
+        return log_ratio.exp() - log_ratio - 1.0
+    raise ValueError(f"unknown KL estimator {kind!r}; use k1, k2 or k3")
+
+
+def kl_token_rewards(
+    logprobs_old: torch.Tensor,
+    ref_logprobs: torch.Tensor,
+    mask: torch.Tensor,
+    config: AlgorithmConfig,
+) -> torch.Tensor:
+    """KL in the reward: -kl_coef * k1 per masked token, for ``AdvantageInput.token_rewards``."""
+    trained = mask.bool()
+    penalty = -config.kl_coef * (logprobs_old - ref_logprobs).detach()
+    return torch.where(trained, penalty, 0.0)
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy of softmax(logits) over the last axis, in float32 or wider; -inf logits are fine.
+
+    Uses log_softmax (max-shifted logsumexp), so huge logits lose no precision.
+    """
+    if logits.dtype in (torch.float16, torch.bfloat16):
+        logits = logits.float()
+    log_probs = torch.log_softmax(logits, dim=-1)
+    finite = torch.where(torch.isfinite(log_probs), log_probs, 0.0)
+    return -(finite.exp() * finite).sum(dim=-1)
+
+
+def value_loss(
+    values: torch.Tensor,
+    old_values: torch.Tensor,
+    returns: torch.Tensor,
+    mask: torch.Tensor,
+    clip: float | None,
+) -> torch.Tensor:
+    """Per-token 0.5 * max((v - R)^2, (v_clipped - R)^2), v_clipped within clip of old_values."""
+    trained = mask.bool()
+    loss = (values - returns) ** 2
+    if clip is not None:
+        clipped = old_values + (values - old_values).clamp(-clip, clip)
+        loss = torch.maximum(loss, (clipped - returns) ** 2)
+    return torch.where(trained, 0.5 * loss, 0.0)
+
+
+def _clipped_objective(
+    ratio: torch.Tensor, advantages: torch.Tensor, config: AlgorithmConfig
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """-min(ratio * A, clip(ratio) * A) and where the clipped term won."""
+    unclipped = -advantages * ratio
+    bounded = ratio.clamp(1.0 - config.clip_ratio_low, 1.0 + config.clip_ratio_high)
+    clipped = -advantages * bounded
+    return torch.maximum(unclipped, clipped), clipped > unclipped
+
+
+def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
+    count = int(mask.sum())
+    if count == 0:
+        return 0.0
+    return float(torch.where(mask, values.to(torch.float32), 0.0).sum()) / count
+
+
+def _at_least_one(count: float | torch.Tensor) -> float | torch.Tensor:
+    if isinstance(count, torch.Tensor):
+        return count.clamp(min=1)
+    return max(count, 1)

@@ -1,0 +1,55 @@
+"""Trainer settings: the ``trainer:`` section of a recipe. Importing this module stays light
+(no torch), so that configs are validated before anything heavy loads."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agentfly_cli.train.algorithms import AlgorithmConfig
+from agentfly_cli.train.backends.config import TrainBackendConfig
+
+
+class TelemetrySettings(BaseModel):
+    """Where metrics go."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sinks: list[Literal["jsonl", "tensorboard", "wandb"]] = Field(
+        default_factory=lambda: ["jsonl", "tensorboard"],
+        description="jsonl (always useful), tensorboard, wandb",
+    )
+    wandb_project: str | None = Field(None, description="W&B project (wandb sink)")
+    wandb_mode: Literal["offline", "online", "disabled"] = Field(
+        "offline", description="W&B mode; offline writes under the run folder"
+    )
+    console: bool = Field(True, description="Rich live progress and one line per step")
+
+
+class TrainerSettings(BaseModel):
+    """How a training run goes: batch sizes, epochs, checkpoints, algorithm, backend."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    steps: int = Field(20, ge=1, description="training steps (rollout + update each)")
+    tasks_per_step: int = Field(4, ge=1, description="tasks per step; each gets rollout.n chains")
+    epochs: int = Field(1, ge=1, description="passes over each step's trajectories")
+    mini_batches: int = Field(1, ge=1, description="optimizer steps per epoch")
+    micro_batch_tokens: int = Field(
+        4096, ge=16, description="padded tokens per forward pass (gradient accumulation unit)"
+    )
+    logprob_chunk: int = Field(
+        1024, ge=1, description="trained positions per output-head chunk (memory bound)"
+    )
+    share_prefix: bool = Field(
+        True, description="forward a group's common prompt once (exact; off with checkpointing)"
+    )
+    shuffle: bool = Field(True, description="shuffle tasks each epoch of the dataset")
+    seed: int = Field(0, description="seeds the task order, minibatch order and sampling")
+    save_every: int = Field(0, ge=0, description="checkpoint every N steps; 0: only at the end")
+    keep_checkpoints: int = Field(2, ge=1, description="checkpoints kept in the run folder")
+    out: str | None = Field(None, description="run folder; default runs/<recipe>-<time>")
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    backend: TrainBackendConfig = Field(default_factory=TrainBackendConfig)
+    telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)

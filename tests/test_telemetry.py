@@ -1,0 +1,280 @@
+"""Training telemetry: rollout metrics, the step timer and the Telemetry sinks."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import subprocess
+import sys
+import types
+
+import pytest
+
+from agentfly_cli.errors import UserError
+from agentfly_cli.rollout.trajectory import FINISH_REASONS, ToolCallRecord, Trajectory
+from agentfly_cli.train.metrics import StepTimer, rollout_metrics, total_tokens
+from agentfly_cli.train.telemetry import Telemetry, format_step_line, plot_metrics, read_metrics
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def call(name: str, status: str = "ok", error_kind: str | None = None) -> ToolCallRecord:
+    return ToolCallRecord(0, "c", name, {}, "obs", status, error_kind)
+
+
+def chain(reward, turns: int, calls=(), finish: str = "answer") -> Trajectory:
+    """A prompt of 3 ids, then ``turns`` assistant turns of 2 ids, each but the last
+    followed by an observation of 4 ids."""
+    t = Trajectory(reward=reward, finish_reason=finish, tool_calls=list(calls))
+    t.append("prompt", [1, 2, 3], sampled=False)
+    for i in range(turns):
+        t.append("assistant", [10, 11], sampled=True, logprobs=[-0.1, -0.2])
+        if i < turns - 1:
+            t.append("observation", [20, 21, 22, 23], sampled=False)
+    t.check()
+    return t
+
+
+def sample_trajectories() -> list[Trajectory]:
+    return [
+        chain(1.0, 2, [call("calculator")], "answer"),
+        chain(0.0, 3, [call("calculator"), call("search", "error", "timeout")], "max_turns"),
+        chain(0.5, 1, [call("", "error", "parse")], "answer"),
+        chain(None, 1, [], "abort"),  # not scored: left out of the reward statistics
+    ]
+
+
+# -- rollout_metrics ---------------------------------------------------------------------
+def test_rollout_metrics_exact_numbers():
+    m = rollout_metrics(sample_trajectories())
+    assert m["rollout/trajectories"] == 4
+    assert m["reward/mean"] == pytest.approx(0.5)
+    assert m["reward/std"] == pytest.approx(math.sqrt((0.25 + 0.25 + 0) / 3))  # population std
+    assert (m["reward/min"], m["reward/max"]) == (0.0, 1.0)
+    assert m["turns/mean"] == pytest.approx((2 + 3 + 1 + 1) / 4)
+    assert m["tokens/sampled"] == 2 * (2 + 3 + 1 + 1)
+    # prompt 3 + 2 per assistant turn + 4 per observation (turns - 1 of them)
+    assert m["tokens/total"] == (3 + 4 + 4) + (3 + 6 + 8) + 5 + 5
+    assert m["tokens/total"] == total_tokens(sample_trajectories())
+    assert m["tools/calls/calculator"] == 2
+    assert m["tools/calls/search"] == 1
+    assert m["tools/calls/_parse_error"] == 1
+    assert m["tools/calls_total"] == 4
+    assert m["tools/errors"] == 2
+    assert m["tools/error_rate"] == pytest.approx(0.5)
+    assert m["finish/answer"] == pytest.approx(0.5)
+    assert m["finish/max_turns"] == pytest.approx(0.25)
+    assert m["finish/abort"] == pytest.approx(0.25)
+    for reason in FINISH_REASONS:
+        assert f"finish/{reason}" in m
+    assert m["finish/length"] == 0.0
+    assert sum(v for k, v in m.items() if k.startswith("finish/")) == pytest.approx(1.0)
+    assert all(isinstance(v, float) for v in m.values())
+
+
+def test_rollout_metrics_empty_and_unscored():
+    m = rollout_metrics([])
+    assert m["rollout/trajectories"] == 0 and m["turns/mean"] == 0
+    assert m["tools/error_rate"] == 0 and "reward/mean" not in m
+    assert all(m[f"finish/{r}"] == 0 for r in FINISH_REASONS)
+    m = rollout_metrics([chain(None, 1)])
+    assert "reward/mean" not in m and m["rollout/trajectories"] == 1
+
+
+# -- StepTimer ---------------------------------------------------------------------------
+def test_step_timer_split_and_throughput():
+    now = [100.0]
+    timer = StepTimer(clock=lambda: now[0])
+    with timer.section("rollout"):
+        now[0] += 3.0
+    with timer.section("train"):
+        now[0] += 1.5
+    with pytest.raises(RuntimeError), timer.section("train"):  # counted even when it raises
+        now[0] += 0.5
+        raise RuntimeError
+    now[0] += 1.0
+    m = timer.metrics(tokens=1200)
+    assert m["time/rollout_s"] == 3.0
+    assert m["time/train_s"] == 2.0
+    assert m["time/sync_s"] == 0.0
+    assert m["time/step_s"] == 6.0
+    assert m["throughput/tokens_per_s"] == 200.0
+    timer.reset()
+    assert timer.metrics(tokens=5) == {
+        "time/rollout_s": 0.0,
+        "time/train_s": 0.0,
+        "time/sync_s": 0.0,
+        "time/step_s": 0.0,
+        "throughput/tokens_per_s": 0.0,
+    }
+
+
+# -- Telemetry ---------------------------------------------------------------------------
+def step_metrics(step: int) -> dict[str, float]:
+    return {
+        "reward/mean": 0.1 * step,
+        "reward/std": 0.05,
+        "kl": 0.001 * step,
+        "entropy": 1.0 - 0.01 * step,
+        "clip_frac": 0.02,
+        "grad_norm": 1.5,
+        "loss/policy": -0.1,
+        "tools/error_rate": 0.1,
+        "turns/mean": 2.0,
+        "throughput/tokens_per_s": 1234.0,
+        "time/rollout_s": 3.25,
+        "time/train_s": 1.5,
+    }
+
+
+def test_telemetry_writes_every_sink(tmp_path):
+    out = io.StringIO()
+    run = tmp_path / "run"
+    with Telemetry(
+        run, total_steps=5, config={"model": "tiny", "lr": 1e-6}, console_file=out
+    ) as telemetry:
+        for step in range(5):
+            telemetry.log(step, step_metrics(step))
+    assert telemetry.closed
+    telemetry.close()  # idempotent
+
+    records = read_metrics(run / "metrics.jsonl")
+    assert [r["step"] for r in records] == [0, 1, 2, 3, 4]
+    assert records[2]["reward/mean"] == pytest.approx(0.2)
+    assert isinstance(records[0]["time"], float)
+    assert json.loads((run / "config.json").read_text()) == {"model": "tiny", "lr": 1e-6}
+
+    events = list((run / "tensorboard").glob("events.out.tfevents*"))
+    assert events and events[0].stat().st_size > 0
+
+    png = (run / "plot.png").read_bytes()
+    assert png[:8] == PNG_MAGIC and len(png) > 5_000
+    import matplotlib.image
+
+    image = matplotlib.image.imread(run / "plot.png")
+    assert image.shape[0] > 300 and image.shape[1] > 600
+
+    text = out.getvalue()
+    assert "step 3/5 | reward 0.200 | kl 0.002 | entropy 0.980 | clip 0.020" in text
+    assert "gnorm 1.5 | tok/s 1234 | rollout 3.2s | train 1.5s" in text
+    assert "step 5/5" in text
+
+
+def test_resume_drops_later_steps(tmp_path):
+    run = tmp_path / "run"
+    with Telemetry(run, total_steps=6, sinks=("jsonl",), console=False) as telemetry:
+        for step in range(5):
+            telemetry.log(step, {"reward/mean": float(step)})
+    with open(run / "metrics.jsonl", "a") as torn:  # a crash mid-line
+        torn.write('{"step": 5, "rew')
+    # checkpoint at step 3: the resumed run logs steps 3, 4, 5 again
+    with Telemetry(run, total_steps=6, sinks=("jsonl",), console=False, start_step=3) as telemetry:
+        for step in range(3, 6):
+            telemetry.log(step, {"reward/mean": 10.0 + step})
+    records = read_metrics(run / "metrics.jsonl")
+    assert [r["step"] for r in records] == [0, 1, 2, 3, 4, 5]
+    assert [r["reward/mean"] for r in records] == [0.0, 1.0, 2.0, 13.0, 14.0, 15.0]
+    # a fresh run (start_step=0) in the same folder starts over
+    with Telemetry(run, total_steps=1, sinks=("jsonl",), console=False) as telemetry:
+        telemetry.log(0, {"reward/mean": 7.0})
+    assert [r["reward/mean"] for r in read_metrics(run / "metrics.jsonl")] == [7.0]
+
+
+def test_close_runs_on_interrupt(tmp_path):
+    run = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        with Telemetry(
+            run, total_steps=10, sinks=("jsonl",), console_file=io.StringIO()
+        ) as telemetry:
+            telemetry.log(0, {"reward/mean": 1.0, "not_a_number": "text", "bad": math.nan})
+            raise KeyboardInterrupt
+    assert telemetry.closed
+    assert (run / "plot.png").read_bytes()[:8] == PNG_MAGIC
+    (record,) = read_metrics(run / "metrics.jsonl")
+    assert record["not_a_number"] == "text" and record["bad"] is None
+
+
+def test_tensorboard_missing_warns_and_skips(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # import fails
+    out = io.StringIO()
+    with Telemetry(tmp_path, total_steps=1, console_file=out) as telemetry:
+        telemetry.log(0, {"reward/mean": 1.0})
+    warnings = [line for line in out.getvalue().splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "tensorboard sink skipped" in warnings[0]
+    assert not (tmp_path / "tensorboard").exists()
+    assert (tmp_path / "metrics.jsonl").exists()
+
+
+def test_wandb_missing_is_a_user_error(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "wandb", None)  # import fails, installed or not
+    with pytest.raises(UserError) as info:
+        Telemetry(tmp_path / "run", total_steps=1, sinks=("jsonl", "wandb"), console=False)
+    assert str(info.value) == (
+        "wandb sink asked for but wandb is not installed; "
+        "pip install wandb or drop it from trainer.telemetry.sinks"
+    )
+    assert "\n" not in str(info.value)
+    assert not (tmp_path / "run").exists()  # nothing written before the check
+
+
+def test_wandb_sink_with_a_fake_module(tmp_path, monkeypatch):
+    calls = {"log": [], "finish": 0}
+
+    class Run:
+        def log(self, data, step):
+            calls["log"].append((step, data))
+
+        def finish(self):
+            calls["finish"] += 1
+
+    def init(**kwargs):
+        calls["init"] = kwargs
+        return Run()
+
+    monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(init=init))
+    with Telemetry(
+        tmp_path,
+        total_steps=2,
+        sinks=["wandb"],
+        console=False,
+        wandb_project="proj",
+        config={"a": 1},
+    ) as telemetry:
+        telemetry.log(0, {"reward/mean": 0.5, "note": "x"})
+    assert calls["init"] == {
+        "project": "proj",
+        "dir": str(tmp_path),
+        "mode": "offline",
+        "config": {"a": 1},
+    }
+    assert calls["log"] == [(0, {"reward/mean": 0.5})] and calls["finish"] == 1
+    assert not (tmp_path / "metrics.jsonl").exists()
+    assert (tmp_path / "plot.png").exists()  # drawn from the in-memory records
+
+
+def test_unknown_sink(tmp_path):
+    with pytest.raises(UserError, match="unknown telemetry sink 'csv'"):
+        Telemetry(tmp_path, total_steps=1, sinks=("csv",), console=False)
+
+
+def test_plot_metrics_standalone(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps({"step": s, "loss/kl": 0.1 * s}) + "\n" for s in range(3)))
+    out = plot_metrics(path, tmp_path / "p.png")
+    assert out.read_bytes()[:8] == PNG_MAGIC
+
+
+def test_format_step_line_skips_missing():
+    assert format_step_line(0, None, {"reward/mean": 1}) == "step 1/? | reward 1.000"
+
+
+def test_import_does_not_load_torch():
+    code = (
+        "import sys, agentfly_cli.train.telemetry, agentfly_cli.train.metrics; "
+        "print(sorted(m for m in ('torch', 'matplotlib', 'wandb', 'tensorboard') "
+        "if m in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
