@@ -177,11 +177,12 @@ class Trainer:
         return reference
 
     # ---- the loop ----------------------------------------------------------------------------
-    def fit(self) -> TrainResult:
-        """Run the training steps; blocking."""
-        return asyncio.run(self.fit_async())
+    def fit(self, stop_after: int | None = None) -> TrainResult:
+        """Run the training steps; blocking. ``stop_after`` ends this process's share after
+        that many steps, with a checkpoint (for time-sliced jobs): ``resume`` continues."""
+        return asyncio.run(self.fit_async(stop_after))
 
-    async def fit_async(self) -> TrainResult:
+    async def fit_async(self, stop_after: int | None = None) -> TrainResult:
         from agentfly_cli.train.telemetry import Telemetry
 
         self._setup()
@@ -207,11 +208,14 @@ class Trainer:
                 if self.start_step:
                     await self._sync_weights()  # resumed weights reach the rollout backend
                 with telemetry:
-                    for step in range(self.start_step, settings.steps):
+                    end = settings.steps
+                    if stop_after is not None:
+                        end = min(end, self.start_step + stop_after)
+                    for step in range(self.start_step, end):
                         metrics = await self._step(step)
                         history.append(metrics)
                         telemetry.log(step, metrics)
-                        last = step == settings.steps - 1
+                        last = step == end - 1
                         due = settings.save_every and (step + 1) % settings.save_every == 0
                         if last or due:
                             self._save(step + 1)

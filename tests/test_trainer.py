@@ -1,0 +1,148 @@
+"""The training loop on the tiny model: it learns, masks exactly, resumes exactly, exports."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from typer.testing import CliRunner
+
+from agentfly_cli.cli.app import build_app
+from agentfly_cli.config import load_config
+from agentfly_cli.train.checkpoint import CheckpointManager
+from agentfly_cli.train.trainer import Trainer
+
+runner = CliRunner()
+
+# A reward with spread on a random model: the share of sampled characters that are digits.
+REWARD_SOURCE = '''
+def digits(prediction, trajectory=None, **fields):
+    text = "".join(m.get("content") or "" for m in trajectory.messages if m["role"] == "assistant")
+    return sum(c.isdigit() for c in text) / max(len(text), 1)
+'''
+
+
+@pytest.fixture
+def recipe(tmp_path, tiny_model):
+    """Overrides for a small run of the calculator recipe on the tiny model."""
+    data = tmp_path / "tasks.jsonl"
+    rows = [{"question": f"What is {a} + {a + 1}?", "answer": str(2 * a + 1)} for a in range(8)]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    reward = tmp_path / "digit_reward.py"
+    reward.write_text(REWARD_SOURCE)
+    return {
+        "fields": {"model": str(tiny_model), "data.path": str(data), "reward": f"{reward}:digits"},
+        "sets": [
+            "rollout.n=3",
+            "rollout.max_tokens_per_turn=6",
+            "rollout.max_total_tokens=4096",
+            "rollout.concurrency=1",  # one request at a time: sampling is reproducible
+            "trainer.tasks_per_step=2",
+            "trainer.backend.lr=0.003",
+            "trainer.telemetry.sinks=[jsonl]",
+        ],
+    }
+
+
+def make_config(recipe, *sets):
+    return load_config("calculator", [*recipe["sets"], *sets], **recipe["fields"])
+
+
+def weights(run_dir, step):
+    folder = CheckpointManager(run_dir).path(step) / "model"
+    return load_file(str(folder / "model.safetensors"))
+
+
+def test_training_changes_the_policy_and_logs_every_metric(recipe, tmp_path):
+    run_dir = tmp_path / "run"
+    config = make_config(recipe, "trainer.steps=2")
+    result = Trainer(config, run_dir=run_dir, console=False).fit()
+    assert len(result.history) == 2
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines] == [0, 1]
+    for key in (
+        "reward/mean", "reward/std", "turns/mean", "tools/errors", "finish/length",
+        "entropy", "clip_frac", "grad_norm", "time/rollout_s", "time/train_s",
+        "throughput/tokens_per_s", "loss/policy", "lr",
+    ):  # fmt: skip
+        assert key in lines[-1], key
+    assert lines[-1]["grad_norm"] > 0
+    assert (run_dir / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    trained = weights(run_dir, 2)
+    from transformers import AutoModelForCausalLM
+
+    initial = AutoModelForCausalLM.from_pretrained(recipe["fields"]["model"]).state_dict()
+    changed = [n for n, t in trained.items() if not torch.equal(t, initial[n])]
+    assert changed, "two steps with nonzero advantages left every weight unchanged"
+
+
+def test_resume_continues_exactly(recipe, tmp_path):
+    """4 steps in one run == 2 steps, then --resume, then 2 more: identical weights."""
+    straight = tmp_path / "straight"
+    Trainer(make_config(recipe, "trainer.steps=4"), run_dir=straight, console=False).fit()
+
+    split = tmp_path / "split"
+    first = make_config(recipe, "trainer.steps=4", "trainer.save_every=2")
+    Trainer(first, run_dir=split, console=False).fit(stop_after=2)  # stops as if killed
+    assert CheckpointManager(split).steps() == [2]
+    Trainer(first, run_dir=split, resume=True, console=False).fit()
+
+    a, b = weights(straight, 4), weights(split, 4)
+    assert a.keys() == b.keys()
+    differing = [name for name in a if not torch.equal(a[name], b[name])]
+    assert not differing, f"resumed weights differ: {differing[:3]}"
+    steps = [json.loads(x)["step"] for x in (split / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [0, 1, 2, 3]
+
+
+def test_export_writes_a_loadable_model(recipe, tmp_path):
+    run_dir = tmp_path / "run"
+    Trainer(make_config(recipe, "trainer.steps=1"), run_dir=run_dir, console=False).fit()
+    out = tmp_path / "exported"
+    result = runner.invoke(build_app(), ["export", str(run_dir), str(out)])
+    assert result.exit_code == 0, result.output
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(out)
+    assert AutoTokenizer.from_pretrained(out).chat_template
+    exported = model.state_dict()
+    saved = weights(run_dir, 1)
+    assert all(torch.equal(exported[n], t) for n, t in saved.items())
+    again = runner.invoke(build_app(), ["export", str(run_dir), str(out)])
+    assert again.exit_code == 2 and "--force" in again.output
+
+
+def one_line_error(result) -> str:
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1, result.output
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("trainer.algorithm.advantag=grpo", "did you mean 'advantage'?"),
+        ("trainer.algorithm.advantag=grpo", "allowed: advantage, policy_loss"),
+        ("trainer.steps=many", "trainer.steps: Input should be a valid integer"),
+        ("trainer.backend.name=jax", "trainer.backend.name: Input should be 'torch' or"),
+        ("trainer.algorithm.loss_agg=mean", "'token-mean', 'seq-mean-token-mean'"),
+        ("trainer.algorithm.clip_ratio_c=0.5", "clip_ratio_c must be > 1"),
+        ("trainer.algorithm.advantage=grpoo", "unknown advantage estimator 'grpoo'"),
+    ],
+)
+def test_config_errors_are_one_line_with_exit_2(tiny_model, override, expected):
+    result = runner.invoke(
+        build_app(), ["train", "--model", str(tiny_model), "--set", override, "--quiet"]
+    )
+    assert expected in one_line_error(result)
+
+
+def test_resume_without_a_checkpoint_is_a_clear_error(recipe, tmp_path):
+    result = runner.invoke(
+        build_app(),
+        ["train", "--model", recipe["fields"]["model"], "--out", str(tmp_path / "x"), "--resume"],
+    )
+    assert "no checkpoint" in one_line_error(result)
