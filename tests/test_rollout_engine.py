@@ -433,3 +433,49 @@ def test_live_states_follow_the_turn_state_machine(chat):
     run(engine, [{"question": str(i), "answer": "done"} for i in range(3)])
     assert seen and all(s["running_tools"] >= 1 for s in seen)
     assert engine.live_states() == {"generating": 0, "running_tools": 0}
+
+
+class LineBackend(ScriptedBackend):
+    """Replays each response's ids as sampled, ending on the newline token (no end-of-turn)."""
+
+    async def generate(self, prompt_ids, params, context=None):
+        generation = await super().generate(prompt_ids, params, context)
+        text = self.chat.decode(generation.token_ids[:-1])  # drop the end-of-turn id
+        ids = self.chat.encode_text(text + "\n")
+        assert ids[-1] in params.stop_token_ids  # the newline ends the turn
+        generation.token_ids = ids
+        generation.logprobs = [-0.5] * len(ids)
+        return generation
+
+
+def test_turns_stopped_at_a_newline_are_closed_before_the_observation(chat):
+    parser = get_parser(
+        "line",
+        {"commands": {"CALC": {"tool": "calculator", "argument": "expression"},
+                      "ANSWER": {"tool": "answer", "argument": "answer"}}},
+    )  # fmt: skip
+    engine = RolloutEngine(
+        LineBackend([["CALC: 2 + 3", "ANSWER: 5"]], chat),
+        chat,
+        parser,
+        [calculator, answer],
+        math_equal,
+        RolloutSettings(n=1, max_turns=3, seed=0, stop=["\n"]),
+    )
+    newline_ids = set(chat.stop_token_ids(["\n"]))
+    assert newline_ids and all("\n" in chat.decode([i]) for i in newline_ids)
+    assert not newline_ids & set(chat.eot_token_ids)
+    [trajectory] = run(engine, [{"question": "What is 2 + 3?", "answer": "5"}])
+    trajectory.check()
+    assert trajectory.finish_reason == "terminal_tool" and trajectory.reward == 1.0
+    assistant, observation = trajectory.turns[1], trajectory.turns[2]
+    assert trajectory.ids[assistant.end - 1] in newline_ids
+    assert trajectory.ids[observation.start] == chat.eot_token_ids[0]  # closed, untrained
+    assert trajectory.loss_mask[observation.start] == 0
+    # the record reads as the template's rendering of the same conversation
+    contents = [m["content"] for m in trajectory.messages]
+    upto = contents.index("CALC: 2 + 3\n") + 2  # the call and its result
+    messages = [{k: v for k, v in m.items() if k != "tool_calls"} for m in trajectory.messages]
+    schemas = [calculator.schema, answer.schema]
+    rendered = chat.render_text(messages[:upto], schemas, add_generation_prompt=True)
+    assert chat.decode(trajectory.ids[: observation.end]) == rendered

@@ -49,6 +49,24 @@ def import_deepspeed():
     return deepspeed
 
 
+def check_unmanaged_accumulation(deepspeed) -> None:
+    """Older DeepSpeed ignores ``managed_gradient_accumulation`` silently: refuse it."""
+    from deepspeed.runtime.engine import DeepSpeedEngine
+    from deepspeed.runtime.zero.stage3 import DeepSpeedZeroOptimizer_Stage3
+    from deepspeed.runtime.zero.stage_1_and_2 import DeepSpeedZeroOptimizer
+
+    needed = (
+        hasattr(DeepSpeedEngine, "managed_gradient_accumulation")
+        and hasattr(DeepSpeedZeroOptimizer, "finalize_gradient_accumulation_boundary")
+        and hasattr(DeepSpeedZeroOptimizer_Stage3, "finalize_gradient_accumulation_boundary")
+    )
+    if not needed:
+        raise UserError(
+            f"DeepSpeed {deepspeed.__version__} lacks unmanaged gradient accumulation; "
+            "run `pip install -U 'deepspeed>=0.19.8'`"
+        )
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -101,6 +119,7 @@ class DeepSpeedBackend(TrainBackend):
         import torch
 
         deepspeed = import_deepspeed()
+        check_unmanaged_accumulation(deepspeed)
         self._ds = deepspeed
         self.config = config
         self.model_path = str(model_path)

@@ -1,0 +1,159 @@
+"""Chunked, shared-prefix logprobs equal the naive full-logits way, and masked tokens get
+exactly zero gradient."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from agentfly_cli.train import losses
+from agentfly_cli.train.advantages import grpo_advantages
+from agentfly_cli.train.algorithms import AdvantageInput, AlgorithmConfig
+from agentfly_cli.train.batch import (
+    TrainRow,
+    plan_micro_batches,
+    scatter_rows,
+    shared_prefix_length,
+    trained_mask,
+)
+from agentfly_cli.train.logprobs import naive_sequence_logprobs, sequence_logprobs
+
+
+@pytest.fixture(scope="module")
+def model(tiny_model):
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+
+
+def make_rows(groups: int = 2, per_group: int = 3, seed: int = 0) -> list[TrainRow]:
+    """Multi-turn rows: prompt (mask 0), sampled turn (1), observation (0), sampled turn (1)."""
+    rng = random.Random(seed)
+    prompt = [rng.randrange(200) for _ in range(24)]
+    rows = []
+    for g in range(groups):
+        head = prompt + [g + 5]
+        for _ in range(per_group):
+            first = [rng.randrange(200) for _ in range(rng.randint(2, 7))]
+            observation = [rng.randrange(200) for _ in range(4)]
+            second = [rng.randrange(200) for _ in range(rng.randint(1, 3))]
+            ids = head + first + observation + second
+            mask = [0] * len(head) + [1] * len(first) + [0] * 4 + [1] * len(second)
+            rows.append(TrainRow(ids, mask, f"g{g}"))
+    return rows
+
+
+def batch_logprobs(model, rows, *, share, max_tokens=10**6, chunk=4):
+    """Per-row trained-token logprobs [B, L] through the micro-batch planner."""
+    width = trained_mask(rows).shape[1]
+    out = torch.zeros(len(rows), width)
+    result = [None] * len(rows)
+    plans = plan_micro_batches(rows, range(len(rows)), max_tokens=max_tokens, share_prefix=share)
+    for plan in plans:
+        stats = sequence_logprobs(model, plan.batch, chunk_size=chunk, entropy=True)
+        matrix = scatter_rows(stats.logprobs, [rows[i] for i in plan.rows], width)
+        for k, i in enumerate(plan.rows):
+            result[i] = matrix[k]
+    out = torch.stack(result)
+    return out, plans
+
+
+def naive_matrix(model, rows):
+    width = trained_mask(rows).shape[1]
+    out = torch.zeros(len(rows), width)
+    for i, row in enumerate(rows):
+        ids = torch.tensor([row.ids])
+        logp = naive_sequence_logprobs(model, ids, torch.ones_like(ids))[0]
+        trained = torch.tensor(row.loss_mask[1:]).bool()
+        out[i, : int(trained.sum())] = logp[trained]
+    return out
+
+
+@pytest.mark.parametrize("share", [False, True])
+@pytest.mark.parametrize("max_tokens", [10**6, 20])
+def test_chunked_logprobs_equal_naive(model, share, max_tokens):
+    rows = make_rows()
+    expected = naive_matrix(model, rows)
+    with torch.no_grad():
+        got, plans = batch_logprobs(model, rows, share=share, max_tokens=max_tokens)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    prefixes = {int(p.batch.prefix_ids.numel()) for p in plans}
+    assert prefixes == ({24} if share else {0})  # all but the predicting token
+    if max_tokens == 20:
+        assert len(plans) > 2  # the budget split the groups
+
+
+def test_shared_prefix_gives_the_same_gradient(model):
+    rows = make_rows()
+
+    def grads(share: bool) -> torch.Tensor:
+        model.zero_grad()
+        logprobs, _ = batch_logprobs(model, rows, share=share, max_tokens=20)
+        (logprobs * trained_mask(rows)).sum().backward()
+        return torch.cat([p.grad.flatten() for p in model.parameters()])
+
+    plain, shared = grads(False), grads(True)
+    torch.testing.assert_close(shared, plain, atol=1e-5, rtol=1e-4)
+    assert plain.abs().max() > 0
+
+
+def test_shared_prefix_stops_before_the_first_trained_token():
+    rows = make_rows(groups=1)
+    assert shared_prefix_length(rows) == 24  # the prompt minus the token that predicts
+    short = [TrainRow([1, 2, 3, 4], [0, 0, 1, 1], "g")] * 2
+    assert shared_prefix_length(short) == 0  # too short to be worth a separate pass
+
+
+def test_the_output_head_only_sees_trained_positions(model):
+    """The head runs on exactly the positions that predict trained tokens, so prompt and
+    observation positions never get logits at all."""
+    rows = make_rows()
+    seen: list[torch.Tensor] = []
+    hook = model.get_output_embeddings().register_forward_hook(
+        lambda module, args, output: seen.append(args[0].detach())
+    )
+    try:
+        with torch.no_grad():
+            batch_logprobs(model, rows, share=True, chunk=1000)
+    finally:
+        hook.remove()
+    assert sum(h.shape[0] for h in seen) == sum(r.num_trained for r in rows)
+
+
+def test_masked_tokens_get_exactly_zero_gradient(model):
+    """The full policy loss (PPO clip, KL k3, entropy bonus) computed from full logits: the
+    gradient on every logit that predicts a prompt or observation token is exactly zero, and
+    the gradient on the logits of sampled tokens is not."""
+    rows = make_rows()
+    config = AlgorithmConfig(kl_coef=0.1, entropy_coef=0.01)
+    mask = trained_mask(rows)
+    rewards = torch.tensor([1.0, 0.0, 0.5, 0.0, 1.0, 1.0])
+    adv = grpo_advantages(AdvantageInput(rewards, mask, [r.group for r in rows]), config)
+    logits_all, picked, entropies = [], [], []
+    for row in rows:
+        logits = model(torch.tensor([row.ids])).logits[0, :-1].float()
+        logits.retain_grad()
+        logits_all.append(logits)
+        logp = torch.log_softmax(logits, -1)
+        trained = torch.tensor(row.loss_mask[1:]).bool()
+        targets = torch.tensor(row.ids[1:])
+        picked.append(logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)[trained])
+        entropies.append(losses.entropy_from_logits(logits)[trained])
+    width = mask.shape[1]
+    logprobs = scatter_rows(torch.cat(picked), rows, width)
+    entropy = scatter_rows(torch.cat(entropies), rows, width)
+    old = logprobs.detach() + 0.05 * torch.randn_like(logprobs)
+    ref = logprobs.detach() - 0.1
+    per_token, _ = losses.ppo_loss(logprobs, old, adv.advantages, mask, config)
+    loss = losses.aggregate_loss(per_token, mask, "token-mean")
+    loss = loss + config.kl_coef * losses.aggregate_loss(
+        losses.kl_estimate(logprobs, ref, "k3"), mask, "token-mean"
+    )
+    loss = loss - config.entropy_coef * losses.aggregate_loss(entropy, mask, "token-mean")
+    loss.backward()
+    for row, logits in zip(rows, logits_all, strict=True):
+        trained = torch.tensor(row.loss_mask[1:]).bool()
+        assert torch.count_nonzero(logits.grad[~trained]) == 0
+        assert (logits.grad[trained].abs().sum(-1) > 0).all()
