@@ -146,3 +146,38 @@ def test_resume_without_a_checkpoint_is_a_clear_error(recipe, tmp_path):
         ["train", "--model", recipe["fields"]["model"], "--out", str(tmp_path / "x"), "--resume"],
     )
     assert "no checkpoint" in one_line_error(result)
+
+
+@pytest.mark.parametrize(
+    "sets",
+    [
+        # PPO with a value head, several updates per batch, dual clip, KL as a loss
+        ["trainer.algorithm.advantage=gae", "trainer.epochs=2", "trainer.mini_batches=2",
+         "trainer.algorithm.clip_ratio_c=3.0", "trainer.algorithm.kl_coef=0.1"],
+        # RLOO, GSPO, KL in the reward, entropy bonus, TIS, Dr.GRPO aggregation
+        ["trainer.algorithm.advantage=rloo", "trainer.algorithm.policy_loss=gspo",
+         "trainer.algorithm.kl_coef=0.05", "trainer.algorithm.kl_in_reward=true",
+         "trainer.algorithm.entropy_coef=0.01", "trainer.algorithm.tis_cap=2.0",
+         "trainer.algorithm.loss_agg=seq-mean-token-sum-norm"],
+        # REINFORCE++ with gradient checkpointing (no shared prefix) and a cosine schedule
+        ["trainer.algorithm.advantage=reinforce_pp_baseline",
+         "trainer.backend.gradient_checkpointing=true", "trainer.backend.lr_schedule=cosine",
+         "trainer.backend.warmup_steps=1", "trainer.algorithm.dynamic_sampling=true"],
+        # LoRA: the rollout backend gets merged weights pushed after every step
+        ["trainer.backend.lora={r: 4, alpha: 8}", "trainer.backend.lr=0.01"],
+    ],
+    ids=["gae-kl-loss", "rloo-gspo-kl-reward", "reinforcepp-checkpointing", "lora"],
+)
+def test_algorithm_and_backend_combinations_train(recipe, tmp_path, sets):
+    run_dir = tmp_path / "run"
+    config = make_config(recipe, "trainer.steps=2", *sets)
+    trainer = Trainer(config, run_dir=run_dir, console=False)
+    result = trainer.fit()
+    last = result.history[-1]
+    assert last["grad_norm"] > 0 and last["train/optimizer_steps"] >= 1
+    if config.trainer.algorithm.kl_coef and not config.trainer.algorithm.kl_in_reward:
+        assert "kl" in last
+    if config.trainer.backend.lora is not None:
+        assert not trainer.shared_model
+        assert trainer.engine.backend.stats["weight_updates"] == 2
+    assert (run_dir / "checkpoints" / "step-000002" / "model" / "config.json").is_file()
