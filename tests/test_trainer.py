@@ -17,11 +17,11 @@ from agentfly_cli.train.trainer import Trainer
 runner = CliRunner()
 
 # A reward with spread on a random model: the share of sampled characters that are digits.
-REWARD_SOURCE = '''
+REWARD_SOURCE = """
 def digits(prediction, trajectory=None, **fields):
     text = "".join(m.get("content") or "" for m in trajectory.messages if m["role"] == "assistant")
     return sum(c.isdigit() for c in text) / max(len(text), 1)
-'''
+"""
 
 
 @pytest.fixture
@@ -152,17 +152,31 @@ def test_resume_without_a_checkpoint_is_a_clear_error(recipe, tmp_path):
     "sets",
     [
         # PPO with a value head, several updates per batch, dual clip, KL as a loss
-        ["trainer.algorithm.advantage=gae", "trainer.epochs=2", "trainer.mini_batches=2",
-         "trainer.algorithm.clip_ratio_c=3.0", "trainer.algorithm.kl_coef=0.1"],
+        [
+            "trainer.algorithm.advantage=gae",
+            "trainer.epochs=2",
+            "trainer.mini_batches=2",
+            "trainer.algorithm.clip_ratio_c=3.0",
+            "trainer.algorithm.kl_coef=0.1",
+        ],
         # RLOO, GSPO, KL in the reward, entropy bonus, TIS, Dr.GRPO aggregation
-        ["trainer.algorithm.advantage=rloo", "trainer.algorithm.policy_loss=gspo",
-         "trainer.algorithm.kl_coef=0.05", "trainer.algorithm.kl_in_reward=true",
-         "trainer.algorithm.entropy_coef=0.01", "trainer.algorithm.tis_cap=2.0",
-         "trainer.algorithm.loss_agg=seq-mean-token-sum-norm"],
+        [
+            "trainer.algorithm.advantage=rloo",
+            "trainer.algorithm.policy_loss=gspo",
+            "trainer.algorithm.kl_coef=0.05",
+            "trainer.algorithm.kl_in_reward=true",
+            "trainer.algorithm.entropy_coef=0.01",
+            "trainer.algorithm.tis_cap=2.0",
+            "trainer.algorithm.loss_agg=seq-mean-token-sum-norm",
+        ],
         # REINFORCE++ with gradient checkpointing (no shared prefix) and a cosine schedule
-        ["trainer.algorithm.advantage=reinforce_pp_baseline",
-         "trainer.backend.gradient_checkpointing=true", "trainer.backend.lr_schedule=cosine",
-         "trainer.backend.warmup_steps=1", "trainer.algorithm.dynamic_sampling=true"],
+        [
+            "trainer.algorithm.advantage=reinforce_pp_baseline",
+            "trainer.backend.gradient_checkpointing=true",
+            "trainer.backend.lr_schedule=cosine",
+            "trainer.backend.warmup_steps=1",
+            "trainer.algorithm.dynamic_sampling=true",
+        ],
         # LoRA: the rollout backend gets merged weights pushed after every step
         ["trainer.backend.lora={r: 4, alpha: 8}", "trainer.backend.lr=0.01"],
     ],

@@ -68,6 +68,8 @@ def train(
 
     trainer = Trainer(config, run_dir=run_dir, resume=resume, console=not quiet)
     result = trainer.fit()
+    if not result.is_main:
+        return  # one report per run, from rank 0
     last = result.history[-1] if result.history else {}
     if json_out:
         print_json({"run_dir": str(result.run_dir), "steps": result.steps, "last": last})

@@ -51,9 +51,12 @@ class MicroBatch:
         b = self.batch
         return MicroBatch(
             self.rows,
-            SequenceBatch(*(t.to(device) for t in (
-                b.prefix_ids, b.input_ids, b.attention_mask, b.targets, b.target_mask
-            ))),
+            SequenceBatch(
+                *(
+                    t.to(device)
+                    for t in (b.prefix_ids, b.input_ids, b.attention_mask, b.targets, b.target_mask)
+                )
+            ),
         )
 
 

@@ -80,7 +80,7 @@ class CheckpointManager:
     ) -> Path:
         """Write the checkpoint of ``step`` (the number of finished steps)."""
         final = self.path(step)
-        temp = self.root / f".tmp-step-{step:06d}-{os.getpid()}"
+        temp = self.root / f".tmp-step-{step:06d}"  # one name for every rank
         if backend.is_main:
             shutil.rmtree(temp, ignore_errors=True)
             temp.mkdir(parents=True)

@@ -50,6 +50,9 @@ class TrainerSettings(BaseModel):
     save_every: int = Field(0, ge=0, description="checkpoint every N steps; 0: only at the end")
     keep_checkpoints: int = Field(2, ge=1, description="checkpoints kept in the run folder")
     out: str | None = Field(None, description="run folder; default runs/<recipe>-<time>")
+    save_trajectories: bool = Field(
+        True, description="write each step's trajectories to RUN_DIR/trajectories/ (agentfly view)"
+    )
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     backend: TrainBackendConfig = Field(default_factory=TrainBackendConfig)
     telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)

@@ -10,6 +10,7 @@ through ``Backend.update_weights``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
 import random
@@ -24,6 +25,7 @@ from agentfly_cli.config import RunConfig
 from agentfly_cli.errors import UserError
 from agentfly_cli.rollout.trajectory import Trajectory
 from agentfly_cli.train import algorithms as alg
+from agentfly_cli.train import distributed
 from agentfly_cli.train.batch import (
     MicroBatch,
     TrainRow,
@@ -34,7 +36,7 @@ from agentfly_cli.train.batch import (
 )
 from agentfly_cli.train.checkpoint import CheckpointManager
 from agentfly_cli.train.data import TaskStream
-from agentfly_cli.train.logprobs import sequence_logprobs
+from agentfly_cli.train.logprobs import SequenceBatch, sequence_logprobs
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +65,7 @@ class TrainResult:
     run_dir: Path
     steps: int
     history: list[dict[str, float]] = field(default_factory=list)
+    is_main: bool = True  # rank 0 (the one that reports)
 
 
 class ValueHead(torch.nn.Module):
@@ -76,6 +79,25 @@ class ValueHead(torch.nn.Module):
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.proj(hidden.float()).squeeze(-1)
+
+
+class _Tally:
+    """Weighted means of per-micro-batch metrics; losses summed per optimizer step."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, float] = {}
+        self.weights: dict[str, float] = {}
+
+    def add(self, name: str, value: float, weight: float = 1) -> None:
+        self.sums[name] = self.sums.get(name, 0.0) + float(value) * weight
+        self.weights[name] = self.weights.get(name, 0.0) + weight
+
+    def means(self, *, per_step: tuple[str, ...], steps: int) -> dict[str, float]:
+        out = {name: total / max(self.weights[name], 1e-12) for name, total in self.sums.items()}
+        for name in per_step:  # micro-batch losses add up to the step's loss
+            if name in self.sums:
+                out[name] = self.sums[name] / max(steps, 1)
+        return out
 
 
 class Trainer:
@@ -190,17 +212,20 @@ class Trainer:
         telemetry_settings = settings.telemetry
         history: list[dict[str, float]] = []
         main = self.train.is_main
-        sinks = tuple(telemetry_settings.sinks) if main else ()
-        telemetry = Telemetry(
-            self.run_dir,
-            total_steps=settings.steps,
-            sinks=sinks,
-            console=self.console and main,
-            wandb_project=telemetry_settings.wandb_project,
-            wandb_mode=telemetry_settings.wandb_mode,
-            config=self.config.model_dump(mode="json") if main else None,
-            start_step=self.start_step,
-            console_file=self.console_file,
+        telemetry = (
+            Telemetry(
+                self.run_dir,
+                total_steps=settings.steps,
+                sinks=tuple(telemetry_settings.sinks),
+                console=self.console,
+                wandb_project=telemetry_settings.wandb_project,
+                wandb_mode=telemetry_settings.wandb_mode,
+                config=self.config.model_dump(mode="json"),
+                start_step=self.start_step,
+                console_file=self.console_file,
+            )
+            if main
+            else contextlib.nullcontext()
         )
         step = self.start_step
         try:
@@ -214,27 +239,31 @@ class Trainer:
                     for step in range(self.start_step, end):
                         metrics = await self._step(step)
                         history.append(metrics)
-                        telemetry.log(step, metrics)
+                        if main:
+                            telemetry.log(step, metrics)
                         last = step == end - 1
                         due = settings.save_every and (step + 1) % settings.save_every == 0
                         if last or due:
                             self._save(step + 1)
         finally:
             self.train.close()
-        return TrainResult(self.run_dir, settings.steps, history)
+        return TrainResult(self.run_dir, settings.steps, history, self.train.is_main)
 
     async def _step(self, step: int) -> dict[str, float]:
         from agentfly_cli.train.metrics import rollout_metrics
 
         started = time.perf_counter()
         picked = self.stream.take(self.settings.tasks_per_step)
-        trajectories = await self._rollout(step, picked)
+        world, rank = self.train.world_size, self.train.rank
+        trajectories = await self._rollout(step, picked[rank::world])  # this rank's share
         rollout_s = time.perf_counter() - started
         metrics = rollout_metrics(trajectories)
+        if self.settings.save_trajectories:
+            self._write_trajectories(step, trajectories)
 
         train_started = time.perf_counter()
         batch = self._prepare(trajectories, metrics)
-        if batch is not None:
+        if batch is not None or distributed.active():
             metrics.update(self._optimize(step, batch))
         train_s = time.perf_counter() - train_started
 
@@ -242,7 +271,8 @@ class Trainer:
         await self._sync_weights()
         sync_s = time.perf_counter() - sync_started
         step_s = time.perf_counter() - started
-        tokens = sum(len(t.ids) for t in trajectories)
+        tokens = sum(len(t.ids) for t in trajectories) * self.train.world_size
+        metrics = distributed.mean_metrics(metrics)
         metrics.update(
             {
                 "time/rollout_s": rollout_s,
@@ -264,6 +294,18 @@ class Trainer:
             )
         return trajectories
 
+    def _write_trajectories(self, step: int, trajectories: list[Trajectory]) -> None:
+        from agentfly_cli.rollout.trajectory import write_trajectories
+
+        folder = self.run_dir / "trajectories"
+        folder.mkdir(parents=True, exist_ok=True)
+        name = (
+            f"step-{step:06d}.jsonl"
+            if self.train.world_size == 1
+            else (f"step-{step:06d}-rank{self.train.rank}.jsonl")
+        )
+        write_trajectories(folder / name, trajectories)
+
     # ---- from trajectories to tensors -----------------------------------------------------
     def _prepare(self, trajectories: list[Trajectory], metrics: dict[str, float]):
         usable = []
@@ -283,11 +325,11 @@ class Trainer:
             usable = [t for t, k in zip(usable, keep, strict=True) if k]
         metrics["train/trajectories"] = float(len(usable))
         if not usable:
+            if distributed.active():
+                self._reference_pass(None)  # the other ranks' passes need this one's
             return None
         rows = [TrainRow(t.ids, t.loss_mask, t.group_id) for t in usable]
-        sampler = [
-            [lp for lp, m in zip(t.logprobs, t.loss_mask, strict=True) if m] for t in usable
-        ]
+        sampler = [[lp for lp, m in zip(t.logprobs, t.loss_mask, strict=True) if m] for t in usable]
         has_sampler = all(lp is not None for row in sampler for lp in row)
         sampler = [[0.0 if lp is None else lp for lp in row] for row in sampler]
         mask = trained_mask(rows)
@@ -311,28 +353,52 @@ class Trainer:
             or (algo.kl_coef > 0 and algo.kl_in_reward)
         )
 
-    def _plans(self, batch: StepBatch, indices) -> list[MicroBatch]:
-        plans = plan_micro_batches(
-            batch.rows,
-            list(indices),
-            max_tokens=self.settings.micro_batch_tokens,
-            share_prefix=self.share_prefix,
-        )
-        return [p.to(self.train.device) for p in plans]
+    def _plans(self, batch: StepBatch | None, indices) -> list[MicroBatch | None]:
+        """Micro-batches of ``indices``; with several ranks, padded with None (an idle pass)
+        up to the largest count of any rank, since ZeRO passes are collective."""
+        indices = list(indices)
+        plans: list[MicroBatch | None] = []
+        if batch is not None and indices:
+            planned = plan_micro_batches(
+                batch.rows,
+                indices,
+                max_tokens=self.settings.micro_batch_tokens,
+                share_prefix=self.share_prefix,
+            )
+            plans = [p.to(self.train.device) for p in planned]
+        return plans + [None] * (distributed.agree_max(len(plans)) - len(plans))
+
+    def _idle_pass(self, *, backward: bool) -> None:
+        """A zero-weight pass over one token: keeps this rank in step with busier ranks."""
+        token = torch.tensor([[self.chat.eot_token_ids[0]]], device=self.train.device)
+        one = SequenceBatch(token[0, :0], token, torch.ones_like(token), token, token > -1)
+        stats = sequence_logprobs(self.train.model, one, chunk_size=1)
+        if backward:
+            self.train.backward(stats.logprobs.sum() * 0.0)
 
     @torch.no_grad()
-    def _reference_pass(self, batch: StepBatch) -> None:
+    def _reference_pass(self, batch: StepBatch | None) -> None:
         """Old-policy logprobs and values, and reference logprobs, where the algorithm needs
         them, in no-grad forward passes over the whole batch."""
         need_old = self._needs_old_pass()
         if not need_old and self.reference is None:
             return
+        self.train.model.eval()
+        plans = self._plans(batch, range(len(batch.rows)) if batch is not None else [])
+        if batch is None:
+            for _ in plans:
+                if need_old:
+                    self._idle_pass(backward=False)
+            return
         width = batch.mask.shape[1]
         old = torch.zeros_like(batch.mask)
         ref = torch.zeros_like(batch.mask)
         values = torch.zeros_like(batch.mask)
-        self.train.model.eval()
-        for plan in self._plans(batch, range(len(batch.rows))):
+        for plan in plans:
+            if plan is None:
+                if need_old:
+                    self._idle_pass(backward=False)
+                continue
             sub = [batch.rows[i] for i in plan.rows]
             index = torch.tensor(plan.rows)
             if need_old:
@@ -374,114 +440,121 @@ class Trainer:
         batch.returns = out.returns
 
     # ---- the update --------------------------------------------------------------------------
-    def _optimize(self, step: int, batch: StepBatch) -> dict[str, float]:
-        from agentfly_cli.train import losses
-
-        settings, algo = self.settings, self.algo
-        seq_len_constant = algo.seq_len_constant or self.config.rollout.max_total_tokens
+    def _optimize(self, step: int, batch: StepBatch | None) -> dict[str, float]:
+        """Epochs x mini-batches of optimizer steps over the batch (None: this rank has no
+        rows this step and only keeps in step with the others)."""
+        settings = self.settings
         rng = random.Random(f"{settings.seed}:minibatch:{step}")
-        sums: dict[str, float] = {}
-        counts: dict[str, int] = {}
-
-        def add(name: str, value: float, weight: int = 1) -> None:
-            sums[name] = sums.get(name, 0.0) + float(value) * weight
-            counts[name] = counts.get(name, 0) + weight
-
+        tally = _Tally()
         self.train.model.train()
-        width = batch.mask.shape[1]
+        rows = len(batch.rows) if batch is not None else 0
         optimizer_steps = 0
         for _ in range(settings.epochs):
-            order = list(range(len(batch.rows)))
+            order = list(range(rows))
             if settings.epochs * settings.mini_batches > 1:
                 rng.shuffle(order)
-            size = math.ceil(len(order) / settings.mini_batches)
-            for start in range(0, len(order), size):
-                indices = order[start : start + size]
-                if not indices:
-                    continue
-                num_tokens = int(batch.mask[indices].sum().item())
-                for plan in self._plans(batch, indices):
-                    index = torch.tensor(plan.rows)
-                    sub = [batch.rows[i] for i in plan.rows]
-                    stats = sequence_logprobs(
-                        self.train.model,
-                        plan.batch,
-                        chunk_size=settings.logprob_chunk,
-                        entropy=True,
-                        return_hidden=self.value_head is not None,
-                    )
-                    device = stats.logprobs.device
-                    logprobs = scatter_rows(stats.logprobs, sub, width)
-                    mask = batch.mask[index].to(device)
-                    if batch.old_logprobs is not None:
-                        old = batch.old_logprobs[index].to(device)
-                    else:
-                        old = logprobs.detach()
-                    advantages = batch.advantages[index].to(device)
-                    per_token, loss_metrics = self.policy_loss_fn(
-                        logprobs, old, advantages, mask, algo
-                    )
-                    if algo.tis_cap is not None and batch.has_sampler_logprobs:
-                        weights = losses.tis_weights(
-                            old, batch.sampler_logprobs[index].to(device), mask, algo.tis_cap
-                        )
-                        per_token = per_token * weights
-                        add("tis/weight_mean", (weights * mask).sum() / mask.sum().clamp(min=1))
-                    agg = dict(
-                        num_tokens=num_tokens,
-                        num_seqs=len(indices),
-                        seq_len_constant=seq_len_constant,
-                    )
-                    policy = losses.aggregate_loss(per_token, mask, algo.loss_agg, **agg)
-                    total = policy
-                    entropy = scatter_rows(stats.entropy, sub, width)
-                    n_tok = int(mask.sum().item())
-                    add("entropy", (entropy.detach() * mask).sum() / max(n_tok, 1), n_tok)
-                    if algo.entropy_coef > 0:
-                        ent_loss = losses.aggregate_loss(entropy, mask, algo.loss_agg, **agg)
-                        total = total - algo.entropy_coef * ent_loss
-                    if batch.ref_logprobs is not None:
-                        ref = batch.ref_logprobs[index].to(device)
-                        kl = losses.kl_estimate(logprobs, ref, algo.kl_kind)
-                        add("kl", (kl.detach() * mask).sum() / max(n_tok, 1), n_tok)
-                        if not algo.kl_in_reward:
-                            kl_loss = losses.aggregate_loss(kl, mask, algo.loss_agg, **agg)
-                            total = total + algo.kl_coef * kl_loss
-                    if self.value_head is not None:
-                        values = scatter_rows(self.value_head(stats.hidden), sub, width)
-                        v_loss = losses.value_loss(
-                            values,
-                            batch.old_values[index].to(device),
-                            batch.returns[index].to(device),
-                            mask,
-                            algo.value_clip,
-                        )
-                        v_loss = losses.aggregate_loss(v_loss, mask, algo.loss_agg, **agg)
-                        total = total + algo.value_coef * v_loss
-                        add("loss/value", v_loss.item())
-                    self.train.backward(total)
-                    add("loss/policy", policy.item())
-                    add("loss/total", total.item())
-                    for key, value in loss_metrics.items():
-                        add(key, value, n_tok)
-                grad_norm = self.train.step()
+            size = max(1, math.ceil(rows / settings.mini_batches))
+            for part in range(settings.mini_batches):
+                indices = order[part * size : (part + 1) * size]
+                plans = self._plans(batch, indices)
+                if not plans:
+                    continue  # every rank agrees: nothing left for this mini-batch
+                num_tokens = int(batch.mask[indices].sum().item()) if indices else 0
+                for plan in plans:
+                    if plan is None:
+                        self._idle_pass(backward=True)
+                        continue
+                    loss = self._micro_loss(batch, plan, num_tokens, len(indices), tally)
+                    self.train.backward(loss)
+                tally.add("grad_norm", self.train.step())
                 if self.value_optimizer is not None:
+                    distributed.average_gradients(self.value_head.parameters())
                     self.value_optimizer.step()
                     self.value_optimizer.zero_grad(set_to_none=True)
                 optimizer_steps += 1
-                add("grad_norm", grad_norm)
-        out = {name: sums[name] / max(counts[name], 1) for name in sums}
-        # losses are summed over micro-batches, averaged over optimizer steps
-        for name in ("loss/policy", "loss/total", "loss/value"):
-            if name in sums:
-                out[name] = sums[name] / max(optimizer_steps, 1)
+        out = tally.means(
+            per_step=("loss/policy", "loss/total", "loss/value"), steps=optimizer_steps
+        )
         out["lr"] = self.train.current_lr()
         out["train/optimizer_steps"] = float(optimizer_steps)
-        out["train/trained_tokens"] = float(batch.mask.sum().item())
-        out["advantage/mean"] = float(
-            (batch.advantages * batch.mask).sum() / batch.mask.sum().clamp(min=1)
-        )
+        if batch is not None:
+            out["train/trained_tokens"] = float(batch.mask.sum().item())
         return out
+
+    def _micro_loss(
+        self, batch: StepBatch, plan: MicroBatch, num_tokens: int, num_seqs: int, tally: _Tally
+    ) -> torch.Tensor:
+        """The loss of one micro-batch, normalised by its mini-batch's token and row counts so
+        that the micro-batch losses sum to the mini-batch loss."""
+        from agentfly_cli.train import losses
+
+        algo = self.algo
+        width = batch.mask.shape[1]
+        index = torch.tensor(plan.rows)
+        sub = [batch.rows[i] for i in plan.rows]
+        stats = sequence_logprobs(
+            self.train.model,
+            plan.batch,
+            chunk_size=self.settings.logprob_chunk,
+            entropy=True,
+            return_hidden=self.value_head is not None,
+        )
+        device = stats.logprobs.device
+
+        def rows_of(matrix: torch.Tensor) -> torch.Tensor:
+            return matrix[index].to(device)
+
+        logprobs = scatter_rows(stats.logprobs, sub, width)
+        mask = rows_of(batch.mask)
+        n_tok = int(mask.sum().item())
+        old = rows_of(batch.old_logprobs) if batch.old_logprobs is not None else logprobs.detach()
+        per_token, loss_metrics = self.policy_loss_fn(
+            logprobs, old, rows_of(batch.advantages), mask, algo
+        )
+        if algo.tis_cap is not None and batch.has_sampler_logprobs:
+            weights = losses.tis_weights(old, rows_of(batch.sampler_logprobs), mask, algo.tis_cap)
+            per_token = per_token * weights
+            tally.add("tis/weight_mean", float((weights * mask).sum()) / max(n_tok, 1), n_tok)
+
+        def aggregate(values: torch.Tensor) -> torch.Tensor:
+            return losses.aggregate_loss(
+                values,
+                mask,
+                algo.loss_agg,
+                num_tokens=num_tokens,
+                num_seqs=num_seqs,
+                seq_len_constant=algo.seq_len_constant or self.config.rollout.max_total_tokens,
+            )
+
+        policy = aggregate(per_token)
+        total = policy
+        entropy = scatter_rows(stats.entropy, sub, width)
+        tally.add("entropy", float((entropy.detach() * mask).sum()) / max(n_tok, 1), n_tok)
+        if algo.entropy_coef > 0:
+            total = total - algo.entropy_coef * aggregate(entropy)
+        if batch.ref_logprobs is not None:
+            kl = losses.kl_estimate(logprobs, rows_of(batch.ref_logprobs), algo.kl_kind)
+            tally.add("kl", float((kl.detach() * mask).sum()) / max(n_tok, 1), n_tok)
+            if not algo.kl_in_reward:
+                total = total + algo.kl_coef * aggregate(kl)
+        if self.value_head is not None:
+            values = scatter_rows(self.value_head(stats.hidden), sub, width)
+            value_loss = aggregate(
+                losses.value_loss(
+                    values,
+                    rows_of(batch.old_values),
+                    rows_of(batch.returns),
+                    mask,
+                    algo.value_clip,
+                )
+            )
+            total = total + algo.value_coef * value_loss
+            tally.add("loss/value", value_loss.item())
+        tally.add("loss/policy", policy.item())
+        tally.add("loss/total", total.item())
+        for key, value in loss_metrics.items():
+            tally.add(key, value, n_tok)
+        return total
 
     # ---- sync and checkpoints -------------------------------------------------------------
     async def _sync_weights(self) -> None:
@@ -534,4 +607,3 @@ def alg_kl_token_rewards(batch: StepBatch, config) -> torch.Tensor:
     from agentfly_cli.train import losses
 
     return losses.kl_token_rewards(batch.old_logprobs, batch.ref_logprobs, batch.mask, config)
-

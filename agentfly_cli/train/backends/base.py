@@ -210,7 +210,10 @@ def write_hf_folder(folder: str | Path, weights: dict, model: Any) -> None:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     skip = tied_names(model)
-    state = {name: t.contiguous() for name, t in weights.items() if name not in skip}
+    # Own copies: ZeRO keeps parameters as views of flat buffers, which safetensors refuses.
+    state = {
+        name: t.detach().to("cpu", copy=True) for name, t in weights.items() if name not in skip
+    }
     save_torch_state_dict(state, str(folder), max_shard_size="5GB", metadata={"format": "pt"})
     config, generation = base_config(model)
     config.save_pretrained(str(folder))

@@ -214,17 +214,17 @@ class DeepSpeedBackend(TrainBackend):
     # ---- weights --------------------------------------------------------------------------
 
     def _collect(self, pairs: Iterator[tuple[str, Any]]) -> list[tuple[str, Any]]:
-        """Run ``pairs`` on every rank (ZeRO-3 gathers are collective); CPU copies on rank 0."""
+        """Run ``pairs`` on every rank (ZeRO-3 gathers are collective); whole CPU copies on
+        every rank, since each rank feeds its own rollout backend."""
         if not self.zero3:
             return list(pairs)
-        out = [(name, t.detach().to("cpu", copy=True)) for name, t in pairs]
-        return out if self.is_main else []
+        return [(name, t.detach().to("cpu", copy=True)) for name, t in pairs]
 
     def sync_weights(self) -> Iterator[tuple[str, Any]]:
         """Weights in the base model's names (merged under LoRA, or the adapters only).
 
-        Under ZeRO-3 every rank must call it (the gathers are collective); rank 0 gets
-        whole CPU copies, the other ranks nothing. Below stage 3 the tensors are live.
+        Under ZeRO-3 every rank must call it (the gathers are collective) and gets whole CPU
+        copies. Below stage 3 the tensors are live.
         """
         from agentfly_cli.train.backends.lora import adapter_state, lora_parameters
 
@@ -234,7 +234,7 @@ class DeepSpeedBackend(TrainBackend):
             return iter(self._collect(iter_weights(module, gather=gather)))
         if self.config.sync == "adapter":
             tensors = dict(self._collect(self._lora_tensors(lora_parameters(module), gather)))
-            return iter(adapter_state(module, tensors).items() if self.is_main else [])
+            return iter(adapter_state(module, tensors).items())
         merged = iter_weights(module, gather=gather, merge_lora=True)
         return iter([(strip_prefix(name), t) for name, t in self._collect(merged)])
 
@@ -248,7 +248,7 @@ class DeepSpeedBackend(TrainBackend):
                     yield name, param.detach()
 
     def model_state(self) -> dict[str, Any]:
-        """The model's full state (PEFT names under LoRA); whole on rank 0 under ZeRO-3."""
+        """The model's full state (PEFT names under LoRA); whole on every rank under ZeRO-3."""
         return dict(self._collect(iter_weights(self.engine.module, gather=self._gather())))
 
     def load_model_state(self, state: dict[str, Any]) -> None:

@@ -1,0 +1,61 @@
+"""What the trainer needs from torch.distributed when it runs as several ranks (DeepSpeed).
+
+Every rank rolls out its own share of the step's tasks and trains on it. ZeRO runs collectives
+inside forward and backward passes, so all ranks must run the same number of them: the trainer
+agrees on the largest count and lets the ranks with less work run zero-weight passes.
+With one process every helper is a no-op.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+
+
+def active() -> bool:
+    """True when this process is one of several ranks."""
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def agree_max(value: int) -> int:
+    """The largest ``value`` over the ranks."""
+    if not active():
+        return value
+    import torch.distributed as dist
+
+    tensor = torch.tensor([value], dtype=torch.long)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return int(tensor.item())
+
+
+def mean_metrics(metrics: Mapping[str, float]) -> dict[str, float]:
+    """Each metric averaged over the ranks that logged it (ranks hold equal task shares)."""
+    if not active():
+        return dict(metrics)
+    import torch.distributed as dist
+
+    gathered: list[dict[str, float]] = [{} for _ in range(dist.get_world_size())]
+    dist.all_gather_object(gathered, dict(metrics))
+    keys = {key for part in gathered for key in part}
+    out = {}
+    for key in keys:
+        values = [part[key] for part in gathered if key in part and part[key] is not None]
+        out[key] = sum(values) / len(values) if values else float("nan")
+    return out
+
+
+def average_gradients(parameters) -> None:
+    """All-reduce and average the gradients of parameters outside the DeepSpeed engine."""
+    if not active():
+        return
+    import torch.distributed as dist
+
+    world = dist.get_world_size()
+    for param in parameters:
+        if param.grad is None:
+            param.grad = torch.zeros_like(param)
+        dist.all_reduce(param.grad)
+        param.grad /= world
