@@ -11,9 +11,7 @@ import json
 import random
 from pathlib import Path
 
-OUT = (
-    Path(__file__).resolve().parents[1] / "agentfly_cli" / "recipes" / "data" / "calculator.jsonl"
-)
+OUT = Path(__file__).resolve().parents[1] / "agentfly_cli" / "recipes" / "data" / "calculator.jsonl"
 
 
 def rows(count: int = 512, seed: int = 2024):
