@@ -273,6 +273,7 @@ def test_agentfly_rollout_against_a_server(server, tiny_model, tmp_path, mode, e
         "rollout", "calculator", "--model", str(tiny_model), "--backend", "openai",
         "--base-url", server.base_url, "--data", str(data), "--n", "2", "--out", str(out),
         "--set", "backend.served_model=m", "--set", "rollout.max_tokens_per_turn=8",
+        "--reward", "math_equal",  # reads the number out of the plain server's sentence
     ]
     result = CliRunner().invoke(build_app(), arguments)
     assert result.exit_code == 0, result.output

@@ -143,7 +143,7 @@ def test_recipe_with_overrides(tiny_model, files):
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["--set", "rollout.nn=3"], "rollout.nn: unknown field"),
+        (["--set", "rollout.nn=3"], "rollout.nn: unknown key; did you mean 'n'?"),
         (["--set", "rollout.n=0"], "rollout.n"),
         (["--set", "oops"], "expected KEY=VALUE"),
         (["--backend", "nosuch"], "unknown backend 'nosuch'"),

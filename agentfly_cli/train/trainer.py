@@ -288,11 +288,8 @@ class Trainer:
     async def _rollout(self, step: int, picked) -> list[Trajectory]:
         tasks = [task for _, task in picked]
         self.train.model.eval()
-        with torch.no_grad():
-            trajectories = await self.engine.run(
-                tasks, batch_id=f"s{step}", task_offset=picked[0][0] if picked else 0
-            )
-        return trajectories
+        offset = picked[0][0] if picked else 0
+        return await self.engine.run(tasks, batch_id=f"s{step}", task_offset=offset)
 
     def _write_trajectories(self, step: int, trajectories: list[Trajectory]) -> None:
         from agentfly_cli.rollout.trajectory import write_trajectories
