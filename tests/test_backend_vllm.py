@@ -285,3 +285,49 @@ def test_a_failing_engine_fails_every_waiting_request(tiny_model, tokenizer, pro
 
     results = run(go())
     assert results and all(isinstance(r, BackendUnavailableError) for r in results), results
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(NO_VLLM, reason=SKIP_REASON)
+def test_training_with_vllm_rollouts_pushes_the_new_weights(tiny_model, tmp_path, prompts):
+    """`agentfly train --backend vllm`: after a step, vLLM samples from the trained policy."""
+    import json
+
+    from agentfly_cli.config import load_config
+    from agentfly_cli.train.trainer import Trainer
+
+    data = tmp_path / "tasks.jsonl"
+    data.write_text("".join(json.dumps({"question": f"{a} + 1?", "answer": "x"}) + "\n"
+                            for a in range(4)))  # fmt: skip
+    reward = tmp_path / "reward.py"
+    reward.write_text(
+        "def digits(prediction, trajectory=None, **f):\n"
+        "    text = ''.join(m.get('content') or '' for m in trajectory.messages\n"
+        "                   if m['role'] == 'assistant')\n"
+        "    return sum(c.isdigit() for c in text) / max(len(text), 1)\n"
+    )
+    config = load_config(
+        "calculator",
+        ["rollout.n=3", "rollout.max_tokens_per_turn=6", "rollout.max_total_tokens=4096",
+         "trainer.tasks_per_step=2", "trainer.backend.lr=0.003", "backend.dtype=float32",
+         "backend.gpu_memory_utilization=0.2", "trainer.telemetry.sinks=[jsonl]"],
+        model=str(tiny_model), **{"backend.name": "vllm", "data.path": str(data),
+                                  "reward": f"{reward}:digits"},
+    )  # fmt: skip
+    trainer = Trainer(config, run_dir=tmp_path / "run", console=False)
+
+    async def one_step_then_sample():
+        trainer._setup()
+        try:
+            async with trainer.engine.backend as backend:
+                metrics = await trainer._step(0)
+                params = SamplingParams(max_tokens=8, temperature=1.0, seed=1)
+                generation = await backend.generate(prompts[1], params)
+                trained = trainer.train.unwrapped().eval()
+                return metrics, generation, hf_logprobs(trained, prompts[1], generation.token_ids)
+        finally:
+            trainer.train.close()
+
+    metrics, generation, want = run(one_step_then_sample())
+    assert metrics["grad_norm"] > 0 and not trainer.shared_model
+    assert generation.logprobs == pytest.approx(want, abs=2e-3)
