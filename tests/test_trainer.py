@@ -195,3 +195,10 @@ def test_algorithm_and_backend_combinations_train(recipe, tmp_path, sets):
         assert not trainer.shared_model
         assert trainer.engine.backend.stats["weight_updates"] == 2
     assert (run_dir / "checkpoints" / "step-000002" / "model" / "config.json").is_file()
+
+
+def test_a_group_of_one_chain_is_a_config_error(tiny_model):
+    result = runner.invoke(
+        build_app(), ["train", "--model", str(tiny_model), "--n", "1", "--quiet"]
+    )
+    assert "set rollout.n to 2 or more" in one_line_error(result)

@@ -139,23 +139,22 @@ class Trainer:
             log.info("gradient checkpointing: the shared-prefix pass is turned off")
         self.share_prefix = settings.share_prefix and not backend_settings.gradient_checkpointing
 
-        holder: dict[str, Any] = {}
+        self._check_group_size()
 
         def rollout_backend(backend_config, chat):
-            model_path = backend_config.model
-            holder["model_path"] = model_path
-            self.train = build_train_backend(model_path, backend_settings)
-            if self._can_share(backend_config):
+            """Build the policy first; the hf backend may then share its model object."""
+            self.model_path = backend_config.model
+            self.train = build_train_backend(self.model_path, backend_settings)
+            self._check_world_size()
+            self.shared_model = self._can_share(backend_config)
+            if self.shared_model:
                 from agentfly_cli.rollout.backends.hf import HFBackend
 
-                holder["shared"] = True
                 return HFBackend(backend_config, chat.tokenizer, model=self.train.unwrapped())
             ref = self._host_backend(backend_config.name)
             return ref.factory(backend_config, chat)
 
         self.rollout = build_rollout(self.config, backend_factory=rollout_backend)
-        self.shared_model = bool(holder.get("shared"))
-        self.model_path = holder["model_path"]
         self.engine = self.rollout.engine
         self.chat = self.engine.chat
         self.stream = TaskStream(self.rollout.tasks, seed=settings.seed, shuffle=settings.shuffle)
@@ -172,6 +171,23 @@ class Trainer:
         self.start_step = 0
         if self.resume:
             self.start_step = self._restore()
+
+    def _check_group_size(self) -> None:
+        """Group-relative estimators compare the chains of a task: one chain learns nothing."""
+        n = self.config.rollout.n
+        if self.algo.advantage in ("grpo", "rloo", "reinforce_pp_baseline") and n < 2:
+            raise UserError(
+                f"trainer.algorithm.advantage {self.algo.advantage} compares the chains of a "
+                f"task, but rollout.n is {n}; set rollout.n to 2 or more (e.g. 8)"
+            )
+
+    def _check_world_size(self) -> None:
+        world = self.train.world_size
+        if self.settings.tasks_per_step % world:
+            raise UserError(
+                f"trainer.tasks_per_step ({self.settings.tasks_per_step}) must split evenly "
+                f"over the {world} ranks; make it a multiple of {world}"
+            )
 
     def _host_backend(self, name: str):
         from agentfly_cli.plugins import get_plugin_host
