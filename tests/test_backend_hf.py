@@ -387,3 +387,32 @@ def test_a_bad_weight_update_changes_nothing(tiny_model, tokenizer):
             await b.close()
 
     run(go())
+
+
+def test_update_adapter_samples_from_the_pushed_lora_policy(tiny_model, tokenizer, prompts):
+    """Pushed adapters (as PEFT saves them) turn the backend into the trained LoRA policy."""
+    import peft
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    config = peft.LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", task_type="CAUSAL_LM")
+    policy = peft.get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model), config).eval()
+    torch.manual_seed(3)
+    with torch.no_grad():
+        for name, param in policy.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.5)  # fresh adapters are zero: make them matter
+    adapters = peft.get_peft_model_state_dict(policy)
+    backend = HFBackend(BackendConfig(model=str(tiny_model), device="cpu"), tokenizer)
+    greedy = SamplingParams(max_tokens=6, temperature=0.0)
+    before = run(backend.generate(prompts[0], greedy))
+    run(backend.update_adapter(adapters, config))
+    after = run(backend.generate(prompts[0], greedy))
+    assert backend.stats["adapter_updates"] == 1
+    assert after.logprobs == pytest.approx(
+        forward_logprobs(policy, prompts[0], after.token_ids), abs=1e-4
+    )
+    assert after.logprobs != pytest.approx(before.logprobs, abs=1e-3)
+    with pytest.raises(ValueError, match="do not fit the model"):
+        run(backend.update_adapter({"base_model.model.nope.lora_A.weight": torch.zeros(1)}, config))
+    run(backend.close())

@@ -179,8 +179,20 @@ def test_resume_without_a_checkpoint_is_a_clear_error(recipe, tmp_path):
         ],
         # LoRA: the rollout backend gets merged weights pushed after every step
         ["trainer.backend.lora={r: 4, alpha: 8}", "trainer.backend.lr=0.01"],
+        # LoRA: the rollout backend gets only the adapters
+        [
+            "trainer.backend.lora={r: 4, alpha: 8}",
+            "trainer.backend.sync=adapter",
+            "trainer.backend.lr=0.01",
+        ],
     ],
-    ids=["gae-kl-loss", "rloo-gspo-kl-reward", "reinforcepp-checkpointing", "lora"],
+    ids=[
+        "gae-kl-loss",
+        "rloo-gspo-kl-reward",
+        "reinforcepp-checkpointing",
+        "lora-merge",
+        "lora-adapter",
+    ],
 )
 def test_algorithm_and_backend_combinations_train(recipe, tmp_path, sets):
     run_dir = tmp_path / "run"
@@ -193,7 +205,8 @@ def test_algorithm_and_backend_combinations_train(recipe, tmp_path, sets):
         assert "kl" in last
     if config.trainer.backend.lora is not None:
         assert not trainer.shared_model
-        assert trainer.engine.backend.stats["weight_updates"] == 2
+        kind = "adapter_updates" if config.trainer.backend.sync == "adapter" else "weight_updates"
+        assert trainer.engine.backend.stats[kind] == 2
     assert (run_dir / "checkpoints" / "step-000002" / "model" / "config.json").is_file()
 
 

@@ -156,6 +156,14 @@ class Trainer:
 
         self.rollout = build_rollout(self.config, backend_factory=rollout_backend)
         self.engine = self.rollout.engine
+        self._pushes_adapters = (
+            backend_settings.lora is not None and backend_settings.sync == "adapter"
+        )
+        if self._pushes_adapters and not self._takes_adapters(self.engine.backend):
+            raise UserError(
+                f"trainer.backend.sync: adapter needs a rollout backend that takes LoRA adapters "
+                f"(hf); the {self.engine.backend.name} backend does not: use sync: merge"
+            )
         self.chat = self.engine.chat
         self.stream = TaskStream(self.rollout.tasks, seed=settings.seed, shuffle=settings.shuffle)
         self.reference = self._load_reference() if alg.needs_reference(self.algo) else None
@@ -171,6 +179,12 @@ class Trainer:
         self.start_step = 0
         if self.resume:
             self.start_step = self._restore()
+
+    @staticmethod
+    def _takes_adapters(backend) -> bool:
+        from agentfly_cli.rollout.backends.base import Backend
+
+        return type(backend).update_adapter is not Backend.update_adapter
 
     def _check_group_size(self) -> None:
         """Group-relative estimators compare the chains of a task: one chain learns nothing."""
@@ -575,6 +589,10 @@ class Trainer:
         if self.shared_model:
             # Same tensors: nothing to copy; the backend drops KV computed with old weights.
             await backend.update_weights({})
+            return
+        if self._pushes_adapters:
+            peft_config = self.train.unwrapped().peft_config["default"]
+            await backend.update_adapter(dict(self.train.sync_weights()), peft_config)
             return
         try:
             await backend.update_weights(self.train.sync_weights())

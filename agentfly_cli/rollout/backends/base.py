@@ -123,6 +123,11 @@ class Backend(abc.ABC):
         """Load new policy weights: an iterable of ``(name, tensor)`` pairs or a state dict."""
         raise NotImplementedError(f"the {self.name} backend cannot take new weights")
 
+    async def update_adapter(self, tensors: Any, config: Any) -> None:
+        """Load new LoRA adapter weights (named as PEFT saves them) for a PEFT ``config``
+        (a ``peft.LoraConfig`` or its dict); the base weights stay."""
+        raise NotImplementedError(f"the {self.name} backend cannot take LoRA adapters")
+
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release the model, threads and connections."""
 

@@ -214,6 +214,14 @@ class HFBackend(Backend):
 
     async def update_weights(self, named_tensors: Any) -> None:
         """Load new weights once the running batch has drained; queued requests wait."""
+        await self._while_idle(self._load_weights, named_tensors)
+
+    async def update_adapter(self, tensors: Any, config: Any) -> None:
+        """Load LoRA adapter tensors; the first call wraps the model with PEFT's ``config``."""
+        await self._while_idle(self._load_adapter, tensors, config)
+
+    async def _while_idle(self, function: Any, *args: Any) -> None:
+        """Run ``function`` in the model thread once the running batch has drained."""
         if self._closed:
             raise BackendUnavailableError("the hf backend is closed")
         self._ensure_worker()
@@ -224,7 +232,7 @@ class HFBackend(Backend):
                 if self._closed:
                     raise BackendUnavailableError("the hf backend was closed")
                 loop = asyncio.get_running_loop()
-                await loop.run_in_executor(self._executor, self._load_weights, named_tensors)
+                await loop.run_in_executor(self._executor, function, *args)
             finally:
                 self._paused = False
                 self._wakeup.set()
@@ -594,6 +602,30 @@ class HFBackend(Backend):
                 self._store_prefix(i, row)
         self._keep(keep)
         return done
+
+    def _load_adapter(self, tensors: Any, config: Any) -> None:
+        """Wrap the model with PEFT once, then set the adapter tensors; stored KV is dropped."""
+        try:
+            import peft
+        except ImportError as exc:
+            raise BackendUnavailableError(
+                "LoRA adapters need PEFT: pip install 'peft>=0.13'"
+            ) from exc
+        if not hasattr(self.model, "peft_config"):
+            if isinstance(config, dict):
+                config = peft.LoraConfig(**config)
+            self.model = peft.get_peft_model(self.model, config).eval()
+        try:
+            result = peft.set_peft_model_state_dict(self.model, dict(tensors))
+        finally:
+            self._prefix.clear()
+        unexpected = list(getattr(result, "unexpected_keys", []) or [])
+        if unexpected:
+            raise ValueError(
+                f"hf backend: {len(unexpected)} adapter tensor(s) do not fit the model, e.g. "
+                f"{unexpected[0]!r}; push the adapters of the same LoRA config"
+            )
+        self.stats["adapter_updates"] += 1
 
     def _load_weights(self, named_tensors: Any) -> None:
         """Check every name and shape first, then copy: a bad update changes nothing."""
