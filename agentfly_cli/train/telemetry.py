@@ -339,8 +339,17 @@ def plot_metrics(
         ax.plot(steps, mean, color="tab:blue", marker="." if len(steps) < 50 else None)
         std = dict(zip(*_series(records, "reward/std"), strict=True))
         if std:
-            low = [m - std.get(s, 0.0) for s, m in zip(steps, mean, strict=True)]
-            high = [m + std.get(s, 0.0) for s, m in zip(steps, mean, strict=True)]
+            # the band stays within the step's observed min and max (rewards are often bounded)
+            floor = dict(zip(*_series(records, "reward/min"), strict=True))
+            ceiling = dict(zip(*_series(records, "reward/max"), strict=True))
+            low = [
+                max(m - std.get(s, 0.0), floor.get(s, float("-inf")))
+                for s, m in zip(steps, mean, strict=True)
+            ]
+            high = [
+                min(m + std.get(s, 0.0), ceiling.get(s, float("inf")))
+                for s, m in zip(steps, mean, strict=True)
+            ]
             ax.fill_between(steps, low, high, color="tab:blue", alpha=0.2, linewidth=0)
     else:
         ax.text(0.5, 0.5, "no reward logged", ha="center", va="center", transform=ax.transAxes)
