@@ -278,3 +278,19 @@ def test_import_does_not_load_torch():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_wandb_offline_run_with_the_real_package(tmp_path, monkeypatch):
+    """W&B in offline mode writes its run under the run folder (no network, no account)."""
+    pytest.importorskip("wandb", reason="wandb is not installed (pip install wandb)")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_DISABLE_GIT", "true")
+    with Telemetry(
+        tmp_path, total_steps=2, sinks=("jsonl", "wandb"), console=False,
+        wandb_project="agentfly-test", config={"lr": 1e-5},
+    ) as telemetry:  # fmt: skip
+        telemetry.log(0, {"reward/mean": 0.25})
+        telemetry.log(1, {"reward/mean": 0.75})
+    runs = list((tmp_path / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1
+    assert list(runs[0].glob("*.wandb"))  # the run's event log, ready for `wandb sync`
