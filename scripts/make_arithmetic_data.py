@@ -1,4 +1,9 @@
-"""Write the calculator recipe's packaged dataset (deterministic).
+"""Write the packaged arithmetic datasets (deterministic).
+
+- ``arithmetic.jsonl`` (calculator-json recipe): 2-digit +, -, x by one digit, and (a + b) * c.
+- ``calculator.jsonl`` (calculator recipe, the training demo): tasks that SmolLM2-135M-Instruct
+  cannot do in its head (1.6% correct without a tool) but can with the calculator: 2-digit
+  addition, subtraction and multiplication, and 3-digit plus 2-digit addition.
 
 Run: python scripts/make_arithmetic_data.py
 """
@@ -7,10 +12,10 @@ import json
 import random
 from pathlib import Path
 
-OUT = Path(__file__).resolve().parents[1] / "agentfly_cli" / "recipes" / "data" / "arithmetic.jsonl"
+DATA = Path(__file__).resolve().parents[1] / "agentfly_cli" / "recipes" / "data"
 
 
-def rows(count: int = 256, seed: int = 1234):
+def arithmetic_rows(count: int = 256, seed: int = 1234):
     rng = random.Random(seed)
     for i in range(count):
         kind = ("add", "sub", "mul", "two_step")[i % 4]
@@ -27,9 +32,33 @@ def rows(count: int = 256, seed: int = 1234):
         yield {"id": f"arith-{i:03d}", "question": question, "answer": str(value), "kind": kind}
 
 
-if __name__ == "__main__":
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    with open(OUT, "w") as out:
-        for row in rows():
+def calculator_rows(count: int = 512, seed: int = 2024):
+    rng = random.Random(seed)
+    for i in range(count):
+        kind = ("add", "sub", "mul", "add3")[i % 4]
+        a, b = rng.randint(10, 99), rng.randint(10, 99)
+        if kind == "add":
+            question, value = f"What is {a} + {b}?", a + b
+        elif kind == "sub":
+            a, b = max(a, b), min(a, b)
+            question, value = f"What is {a} - {b}?", a - b
+        elif kind == "mul":
+            question, value = f"What is {a} * {b}?", a * b
+        else:
+            a = rng.randint(100, 999)
+            question, value = f"What is {a} + {b}?", a + b
+        yield {"id": f"calc-{i:03d}", "question": question, "answer": str(value), "kind": kind}
+
+
+def write(name: str, rows) -> None:
+    path = DATA / name
+    with open(path, "w") as out:
+        for row in rows:
             out.write(json.dumps(row) + "\n")
-    print(f"wrote {OUT}")
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    DATA.mkdir(parents=True, exist_ok=True)
+    write("arithmetic.jsonl", arithmetic_rows())
+    write("calculator.jsonl", calculator_rows())
