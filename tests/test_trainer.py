@@ -69,6 +69,7 @@ def test_training_changes_the_policy_and_logs_every_metric(recipe, tmp_path):
     ):  # fmt: skip
         assert key in lines[-1], key
     assert lines[-1]["grad_norm"] > 0
+    assert 0 <= lines[-1]["train/padding_fraction"] < 0.5
     assert (run_dir / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     trained = weights(run_dir, 2)
     from transformers import AutoModelForCausalLM

@@ -491,6 +491,9 @@ class Trainer:
                     if plan is None:
                         self._idle_pass(backward=True)
                         continue
+                    padded = plan.batch.num_tokens
+                    real = padded - int((plan.batch.attention_mask == 0).sum().item())
+                    tally.add("train/padding_fraction", 1 - real / padded, padded)
                     loss = self._micro_loss(batch, plan, num_tokens, len(indices), tally)
                     self.train.backward(loss)
                 tally.add("grad_norm", self.train.step())
