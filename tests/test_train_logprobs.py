@@ -28,13 +28,16 @@ def model(tiny_model):
     return AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
 
 
-def make_rows(groups: int = 2, per_group: int = 3, seed: int = 0) -> list[TrainRow]:
-    """Multi-turn rows: prompt (mask 0), sampled turn (1), observation (0), sampled turn (1)."""
+def make_rows(
+    groups: int = 2, per_group: int = 3, seed: int = 0, extra=(0, 0, 0)
+) -> list[TrainRow]:
+    """Multi-turn rows: prompt (mask 0), sampled turn (1), observation (0), sampled turn (1).
+    Group ``g``'s prompt is 25 + ``extra[g]`` tokens long."""
     rng = random.Random(seed)
-    prompt = [rng.randrange(200) for _ in range(24)]
+    prompt = [rng.randrange(200) for _ in range(24 + max(extra))]
     rows = []
     for g in range(groups):
-        head = prompt + [g + 5]
+        head = prompt[: 24 + extra[g]] + [g + 5]
         for _ in range(per_group):
             first = [rng.randrange(200) for _ in range(rng.randint(2, 7))]
             observation = [rng.randrange(200) for _ in range(4)]
@@ -79,14 +82,28 @@ def test_chunked_logprobs_equal_naive(model, share, max_tokens):
     with torch.no_grad():
         got, plans = batch_logprobs(model, rows, share=share, max_tokens=max_tokens)
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
-    prefixes = {int(p.batch.prefix_ids.numel()) for p in plans}
+    prefixes = {int(p.batch.prefix_ids.shape[1]) for p in plans}
     assert prefixes == ({24} if share else {0})  # all but the predicting token
     if max_tokens == 20:
         assert len(plans) > 2  # the budget split the groups
 
 
+def test_groups_of_different_prompt_lengths_share_one_pass(model):
+    """Left-padded prefixes of several lengths, and a group too short to share, in one plan."""
+    rows = make_rows(groups=3, extra=(0, 9, 0))
+    rows += [TrainRow([7, 8, 9, 10, 11], [0, 0, 1, 1, 1], "short")] * 2
+    expected = naive_matrix(model, rows)
+    with torch.no_grad():
+        got, plans = batch_logprobs(model, rows, share=True)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    shared = [p for p in plans if p.batch.prefix_ids.shape[1]]
+    assert len(shared) == 1 and shared[0].batch.prefix_ids.shape == (3, 33)
+    assert shared[0].batch.repeats.tolist() == [3, 3, 3]
+    assert sorted(i for p in plans for i in p.rows) == list(range(len(rows)))
+
+
 def test_shared_prefix_gives_the_same_gradient(model):
-    rows = make_rows()
+    rows = make_rows(groups=3, extra=(0, 9, 0))
 
     def grads(share: bool) -> torch.Tensor:
         model.zero_grad()

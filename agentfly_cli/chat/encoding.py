@@ -19,7 +19,7 @@ from typing import Any
 _CACHE_LIMIT = 200_000
 _PROBES = [
     "<|im_start|>system\nYou are helpful.<|im_end|>\n<|im_start|>user\nWhat is 2 + 3?<|im_end|>",
-    "<tool_call>\n{\"name\": \"calculator\", \"arguments\": {\"expression\": \"17 * 23\"}}\n"
+    '<tool_call>\n{"name": "calculator", "arguments": {"expression": "17 * 23"}}\n'
     "</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n391\n</tool_response>",
     "  leading spaces, trailing spaces  \n\n\tTabs, ünïcödé, 日本語, emoji 🙂 and CRLF\r\n",
 ]
@@ -34,9 +34,7 @@ class TextEncoder:
         self.splitter = _splitter(tokenizer, self.backend) if self.backend is not None else None
         self._pieces: dict[str, list[int]] = {}
         self._ids = _added_ids(tokenizer) if self.splitter is not None else {}
-        if self.splitter is not None and not all(
-            self.encode(p) == self._slow(p) for p in _PROBES
-        ):
+        if self.splitter is not None and not all(self.encode(p) == self._slow(p) for p in _PROBES):
             self.splitter = None
             self._pieces.clear()
 

@@ -42,22 +42,13 @@ class TrainRow:
 
 @dataclass
 class MicroBatch:
-    """A forward-pass unit: which rows, and their tensors."""
+    """A forward-pass unit: which rows (in the batch's row order), and their tensors."""
 
     rows: list[int]
     batch: SequenceBatch
 
     def to(self, device) -> MicroBatch:
-        b = self.batch
-        return MicroBatch(
-            self.rows,
-            SequenceBatch(
-                *(
-                    t.to(device)
-                    for t in (b.prefix_ids, b.input_ids, b.attention_mask, b.targets, b.target_mask)
-                )
-            ),
-        )
+        return MicroBatch(self.rows, self.batch.to(device))
 
 
 def token_matrix(rows: Sequence[TrainRow], values: Sequence[Sequence[float]]) -> torch.Tensor:
@@ -92,22 +83,33 @@ def shared_prefix_length(rows: Sequence[TrainRow]) -> int:
     return length if length >= MIN_SHARED_PREFIX else 0
 
 
-def make_sequence_batch(rows: Sequence[TrainRow], prefix_len: int) -> SequenceBatch:
-    """Right-padded rows after ``prefix_len`` shared tokens."""
-    width = max(len(r.ids) - 1 - prefix_len for r in rows)
+def make_sequence_batch(units: Sequence[tuple[int, Sequence[TrainRow]]]) -> SequenceBatch:
+    """Rows after their group's shared prefix; ``units`` are ``(prefix length, rows)``, each
+    unit's rows sharing their first ``prefix length`` tokens (0: no prefix)."""
+    rows = [(prefix, row) for prefix, members in units for row in members]
+    width = max(len(row.ids) - 1 - prefix for prefix, row in rows)
     shape = (len(rows), width)
     input_ids = torch.zeros(shape, dtype=torch.long)
     attention = torch.zeros(shape, dtype=torch.long)
     targets = torch.zeros(shape, dtype=torch.long)
     target_mask = torch.zeros(shape, dtype=torch.bool)
-    for i, row in enumerate(rows):
-        length = len(row.ids) - 1 - prefix_len
-        input_ids[i, :length] = torch.tensor(row.ids[prefix_len:-1])
+    for i, (prefix, row) in enumerate(rows):
+        length = len(row.ids) - 1 - prefix
+        input_ids[i, :length] = torch.tensor(row.ids[prefix:-1])
         attention[i, :length] = 1
-        targets[i, :length] = torch.tensor(row.ids[prefix_len + 1 :])
-        target_mask[i, :length] = torch.tensor(row.loss_mask[prefix_len + 1 :], dtype=torch.bool)
-    prefix = torch.tensor(rows[0].ids[:prefix_len], dtype=torch.long)
-    return SequenceBatch(prefix, input_ids, attention, targets, target_mask)
+        targets[i, :length] = torch.tensor(row.ids[prefix + 1 :])
+        target_mask[i, :length] = torch.tensor(row.loss_mask[prefix + 1 :], dtype=torch.bool)
+    longest = max(prefix for prefix, _ in units)
+    prefix_ids = torch.zeros(len(units), longest, dtype=torch.long)
+    prefix_mask = torch.zeros(len(units), longest, dtype=torch.long)
+    for g, (prefix, members) in enumerate(units):  # left-padded: every prefix ends at P
+        if prefix:
+            prefix_ids[g, longest - prefix :] = torch.tensor(members[0].ids[:prefix])
+            prefix_mask[g, longest - prefix :] = 1
+    repeats = torch.tensor([len(members) for _, members in units])
+    return SequenceBatch(
+        prefix_ids, prefix_mask, repeats, input_ids, attention, targets, target_mask
+    )
 
 
 def plan_micro_batches(
@@ -117,32 +119,70 @@ def plan_micro_batches(
     max_tokens: int,
     share_prefix: bool = True,
 ) -> list[MicroBatch]:
-    """Pack ``rows[indices]`` into micro-batches of at most ``max_tokens`` padded tokens
-    (a longer row goes alone). Rows are sorted by length (bucketing); with ``share_prefix``
-    a micro-batch holds rows of one group and forwards their common prompt once."""
-    buckets: dict[str, list[int]] = {}
-    for index in indices:
-        key = rows[index].group if share_prefix else ""
-        buckets.setdefault(key, []).append(index)
+    """Pack ``rows[indices]`` into micro-batches of at most ``max_tokens`` padded positions
+    (a longer row goes alone), rows sorted by length (bucketing).
+
+    With ``share_prefix``, each group's common prompt is forwarded once and several groups
+    share a micro-batch; groups too short to share a prefix are packed on their own.
+    """
+    units: list[tuple[int, list[int]]] = []  # (prefix length, rows of one group)
+    if share_prefix:
+        groups: dict[str, list[int]] = {}
+        for index in indices:
+            groups.setdefault(rows[index].group, []).append(index)
+        for members in groups.values():
+            prefix = shared_prefix_length([rows[i] for i in members])
+            if prefix:
+                units.append((prefix, members))
+            else:
+                units.extend((0, [i]) for i in members)
+    else:
+        units = [(0, [i]) for i in indices]
     plans: list[MicroBatch] = []
-    for members in buckets.values():
-        prefix = shared_prefix_length([rows[i] for i in members]) if share_prefix else 0
-        members.sort(key=lambda i: len(rows[i].ids))
-        current: list[int] = []
-        for index in members:
-            width = len(rows[index].ids) - 1 - prefix
-            if current and (len(current) + 1) * width > max_tokens:
-                plans.append(_micro(rows, current, prefix))
-                current = []
-            current.append(index)
-        if current:
-            plans.append(_micro(rows, current, prefix))
+    for shared in (True, False):  # a prefix-free row never pads a prefix pass
+        kind = [
+            (p, sorted(m, key=lambda i: len(rows[i].ids))) for p, m in units if bool(p) == shared
+        ]
+        plans.extend(_pack(rows, kind, max_tokens))
     return plans
 
 
-def _micro(rows: Sequence[TrainRow], members: list[int], prefix: int) -> MicroBatch:
-    chosen = [rows[i] for i in members]
-    return MicroBatch(list(members), make_sequence_batch(chosen, prefix))
+def _pack(rows, units, max_tokens: int) -> list[MicroBatch]:
+    """Greedy packing of units (split when one alone is over budget) by suffix width."""
+
+    def width(prefix: int, index: int) -> int:
+        return len(rows[index].ids) - 1 - prefix
+
+    pieces: list[tuple[int, list[int]]] = []
+    for prefix, members in units:
+        current: list[int] = []
+        for index in members:  # sorted by length: the last one is the widest
+            if current and (len(current) + 1) * width(prefix, index) + prefix > max_tokens:
+                pieces.append((prefix, current))
+                current = []
+            current.append(index)
+        pieces.append((prefix, current))
+    pieces.sort(key=lambda unit: width(unit[0], unit[1][-1]))
+    plans: list[MicroBatch] = []
+    batch: list[tuple[int, list[int]]] = []
+    for piece in pieces:
+        trial = [*batch, piece]
+        count = sum(len(m) for _, m in trial)
+        widest = max(width(p, m[-1]) for p, m in trial)
+        cost = count * widest + len(trial) * max(p for p, _ in trial)
+        if batch and cost > max_tokens:
+            plans.append(_micro(rows, batch))
+            trial = [piece]
+        batch = trial
+    if batch:
+        plans.append(_micro(rows, batch))
+    return plans
+
+
+def _micro(rows: Sequence[TrainRow], units: list[tuple[int, list[int]]]) -> MicroBatch:
+    order = [i for _, members in units for i in members]
+    chosen = [(prefix, [rows[i] for i in members]) for prefix, members in units]
+    return MicroBatch(order, make_sequence_batch(chosen))
 
 
 def scatter_rows(flat: torch.Tensor, rows: Sequence[TrainRow], width: int) -> torch.Tensor:

@@ -59,15 +59,27 @@ def _head_chunk(head: Any, hidden: torch.Tensor, targets: torch.Tensor, entropy:
     return picked, ent
 
 
+#: Logits per output-head chunk when the chunk size is automatic (128 MB in fp32).
+AUTO_CHUNK_LOGITS = 32 * 1024 * 1024
+
+
+def auto_chunk_size(head: Any) -> int:
+    """Positions per chunk so that one chunk's fp32 logits stay near AUTO_CHUNK_LOGITS."""
+    vocab = head.weight.shape[0] if hasattr(head, "weight") else 32_768
+    return max(16, AUTO_CHUNK_LOGITS // max(int(vocab), 1))
+
+
 def head_logprobs(
     head: Any,
     hidden: torch.Tensor,
     targets: torch.Tensor,
     *,
-    chunk_size: int = 1024,
+    chunk_size: int = 0,
     entropy: bool = False,
 ) -> TokenStats:
-    """Logprobs of ``targets`` [N] under ``head(hidden)`` for hidden [N, H], chunk by chunk."""
+    """Logprobs of ``targets`` [N] under ``head(hidden)`` for hidden [N, H], chunk by chunk
+    (``chunk_size`` positions at a time; 0: :func:`auto_chunk_size`)."""
+    chunk_size = chunk_size or auto_chunk_size(head)
     pieces, entropies = [], []
     needs_ckpt = torch.is_grad_enabled() and hidden.requires_grad
     for start in range(0, hidden.shape[0], chunk_size):
@@ -87,56 +99,81 @@ def head_logprobs(
 
 @dataclass
 class SequenceBatch:
-    """Right-padded continuations that may share one prompt prefix.
+    """Right-padded continuations, grouped behind shared prompt prefixes.
 
-    ``prefix_ids`` [P] is forwarded once (P may be 0). ``input_ids`` [B, S] are the rows after
-    it; ``attention_mask`` [B, S] marks real tokens; ``targets`` [B, S] is the next token at each
+    ``prefix_ids`` [G, P] holds one left-padded prefix per group (``prefix_mask`` marks its real
+    tokens; P may be 0: no prefixes), forwarded once each. ``repeats`` [G] says how many of the
+    consecutive rows continue each prefix. ``input_ids`` [B, S] are the rows after their prefix;
+    ``attention_mask`` [B, S] marks real tokens; ``targets`` [B, S] is the next token at each
     position and ``target_mask`` [B, S] marks positions whose target is trained.
     """
 
     prefix_ids: torch.Tensor
+    prefix_mask: torch.Tensor
+    repeats: torch.Tensor
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
     targets: torch.Tensor
     target_mask: torch.Tensor
 
+    @classmethod
+    def unshared(cls, input_ids, attention_mask, targets, target_mask) -> SequenceBatch:
+        """Rows without a shared prefix."""
+        rows = input_ids.shape[0]
+        empty = input_ids.new_zeros(1, 0)
+        repeats = torch.tensor([rows], device=input_ids.device)
+        return cls(empty, empty, repeats, input_ids, attention_mask, targets, target_mask)
+
     @property
     def num_tokens(self) -> int:
-        """Token positions the body runs over (prefix once, plus the padded rows)."""
+        """Token positions the body runs over (each prefix once, plus the padded rows)."""
         return int(self.prefix_ids.numel() + self.input_ids.numel())
+
+    @property
+    def num_real_tokens(self) -> int:
+        return int(self.prefix_mask.sum().item() + self.attention_mask.sum().item())
+
+    def to(self, device: Any) -> SequenceBatch:
+        return SequenceBatch(*(getattr(self, f).to(device) for f in self.__dataclass_fields__))
+
+
+def _prefix_cache(body: Any, batch: SequenceBatch):
+    """The KV of every group's prefix, one row per continuation, and each row's prefix length."""
+    from transformers import DynamicCache
+
+    mask = batch.prefix_mask.long()
+    past = DynamicCache()
+    body(
+        input_ids=batch.prefix_ids,
+        attention_mask=mask,
+        position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
+        past_key_values=past,
+        use_cache=True,
+    )
+    past.batch_repeat_interleave(batch.repeats)  # gradients flow back into the one pass
+    return past, mask.repeat_interleave(batch.repeats, dim=0)
 
 
 def sequence_logprobs(
     model: Any,
     batch: SequenceBatch,
     *,
-    chunk_size: int = 1024,
+    chunk_size: int = 0,
     entropy: bool = False,
     return_hidden: bool = False,
 ) -> TokenStats:
     """Logprobs (and entropies) at ``batch.target_mask`` positions, in row-major order."""
     body, head = split_model(model)
     rows, width = batch.input_ids.shape
-    prefix_len = int(batch.prefix_ids.numel())
     device = batch.input_ids.device
-    past = None
-    if prefix_len:
-        from transformers import DynamicCache
-
-        past = DynamicCache()
-        body(
-            input_ids=batch.prefix_ids.view(1, -1),
-            attention_mask=torch.ones(1, prefix_len, dtype=torch.long, device=device),
-            past_key_values=past,
-            use_cache=True,
-        )
-        if rows > 1:
-            past.batch_repeat_interleave(rows)
     attention = batch.attention_mask.long()
-    if prefix_len:
-        ones = torch.ones(rows, prefix_len, dtype=attention.dtype, device=device)
-        attention = torch.cat([ones, attention], dim=1)
-    positions = torch.arange(prefix_len, prefix_len + width, device=device).expand(rows, width)
+    past = None
+    start = torch.zeros(rows, 1, dtype=torch.long, device=device)
+    if batch.prefix_ids.shape[1]:
+        past, prefix_mask = _prefix_cache(body, batch)
+        start = prefix_mask.sum(-1, keepdim=True)
+        attention = torch.cat([prefix_mask, attention], dim=1)
+    positions = start + torch.arange(width, device=device)
     out = body(
         input_ids=batch.input_ids,
         attention_mask=attention,

@@ -40,7 +40,10 @@ class TrainerSettings(BaseModel):
         4096, ge=16, description="padded tokens per forward pass (gradient accumulation unit)"
     )
     logprob_chunk: int = Field(
-        1024, ge=1, description="trained positions per output-head chunk (memory bound)"
+        0,
+        ge=0,
+        description="trained positions per output-head chunk (memory bound); 0: automatic, "
+        "about 32M logits (128 MB in fp32) per chunk",
     )
     share_prefix: bool = Field(
         True, description="forward a group's common prompt once (exact; off with checkpointing)"

@@ -398,7 +398,7 @@ class Trainer:
     def _idle_pass(self, *, backward: bool) -> None:
         """A zero-weight pass over one token: keeps this rank in step with busier ranks."""
         token = torch.tensor([[self.chat.eot_token_ids[0]]], device=self.train.device)
-        one = SequenceBatch(token[0, :0], token, torch.ones_like(token), token, token > -1)
+        one = SequenceBatch.unshared(token, torch.ones_like(token), token, token > -1)
         stats = sequence_logprobs(self.train.model, one, chunk_size=1)
         if backward:
             self.train.backward(stats.logprobs.sum() * 0.0)
@@ -492,7 +492,7 @@ class Trainer:
                         self._idle_pass(backward=True)
                         continue
                     padded = plan.batch.num_tokens
-                    real = padded - int((plan.batch.attention_mask == 0).sum().item())
+                    real = plan.batch.num_real_tokens
                     tally.add("train/padding_fraction", 1 - real / padded, padded)
                     loss = self._micro_loss(batch, plan, num_tokens, len(indices), tally)
                     self.train.backward(loss)
