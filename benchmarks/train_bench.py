@@ -50,7 +50,7 @@ def digit_share(text: str) -> float:
 # ---- agentfly ---------------------------------------------------------------------------------
 
 
-def agentfly_case(model_path: str, steps: int, workdir: Path) -> list[dict]:
+def agentfly_case(model_path: str, steps: int, workdir: Path, sets=()) -> list[dict]:
     from agentfly_cli.config import load_config
     from agentfly_cli.train.trainer import Trainer
 
@@ -77,6 +77,7 @@ def agentfly_case(model_path: str, steps: int, workdir: Path) -> list[dict]:
             "trainer.telemetry.sinks=[jsonl]",
             "trainer.save_trajectories=false",
             "trainer.algorithm.loss_agg=token-mean",
+            *sets,
         ],
         model=model_path,
         **{"data.path": str(data), "reward": f"{reward}:digits"},
@@ -202,10 +203,19 @@ def main() -> int:
     parser.add_argument("--models", default="tiny,smollm2")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out")
+    parser.add_argument(
+        "--set", action="append", default=[], help="agentfly config override (repeatable)"
+    )
+    parser.add_argument("--skip-trl", action="store_true", help="agentfly only")
     args = parser.parse_args()
+    import importlib.util
+
     import torch
     import transformers
-    import trl
+
+    if importlib.util.find_spec("trl") is None and not args.skip_trl:
+        parser.error("TRL is not installed here: run with .venv-bench/bin/python (make bench-venv)")
+    trl_version = None if args.skip_trl else importlib.import_module("trl").__version__
 
     from agentfly_cli.models import resolve_model
 
@@ -217,7 +227,7 @@ def main() -> int:
             "torch": torch.__version__,
             "torch_threads": torch.get_num_threads(),
             "transformers": transformers.__version__,
-            "trl": trl.__version__,
+            "trl": trl_version,
         },
         "settings": {
             "prompts": TASKS,
@@ -228,6 +238,7 @@ def main() -> int:
             "kl": "none (beta 0)",
             "loss": "token-mean (TRL loss_type dapo)",
             "repeats": args.repeats,
+            "agentfly_overrides": args.set,
         },
         "cases": {},
     }
@@ -235,7 +246,10 @@ def main() -> int:
         model_path = str(resolve_model(name))
         steps = args.repeats + 1
         with tempfile.TemporaryDirectory() as tmp:
-            ours = summarize(agentfly_case(model_path, steps, Path(tmp)))
+            ours = summarize(agentfly_case(model_path, steps, Path(tmp), args.set))
+        if args.skip_trl:
+            report["cases"][name] = {"agentfly": ours}
+            continue
         with tempfile.TemporaryDirectory() as tmp:
             theirs = summarize(trl_case(model_path, steps, Path(tmp)))
         report["cases"][name] = {
