@@ -45,7 +45,6 @@ log = logging.getLogger(__name__)
 class StepBatch:
     """One step's trajectories as training tensors."""
 
-    trajectories: list[Trajectory]
     rows: list[TrainRow]
     mask: torch.Tensor  # [B, L] trained tokens
     rewards: torch.Tensor  # [B]
@@ -361,7 +360,6 @@ class Trainer:
         sampler = [[0.0 if lp is None else lp for lp in row] for row in sampler]
         mask = trained_mask(rows)
         batch = StepBatch(
-            usable,
             rows,
             mask,
             torch.tensor([float(t.reward) for t in usable]),
