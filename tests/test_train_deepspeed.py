@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -29,12 +30,17 @@ def digits(prediction, trajectory=None, **fields):
 """
 
 
-def launch(tmp_path, tiny_model, run_dir, *extra):
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m"]
+# the deepspeed launcher adds --local_rank=N after the module name
+DEEPSPEED = [str(Path(sys.executable).parent / "deepspeed"), "--num_gpus", "2", "--module"]
+
+
+def launch(tmp_path, tiny_model, run_dir, *extra, launcher=TORCHRUN):
     reward = tmp_path / "reward.py"
     reward.write_text(REWARD)
     command = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-        "-m", "agentfly_cli", "train", "calculator", "--model", str(tiny_model),
+        *launcher,
+        "agentfly_cli", "train", "calculator", "--model", str(tiny_model),
         "--reward", f"{reward}:digits", "--out", str(run_dir), "--quiet",
         "--set", "trainer.tasks_per_step=2", "--set", "rollout.n=3",
         "--set", "rollout.max_tokens_per_turn=6", "--set", "rollout.max_total_tokens=4096",
@@ -64,3 +70,13 @@ def test_two_ranks_train_checkpoint_and_resume(tmp_path, tiny_model, stage):
     assert all(line["grad_norm"] > 0 for line in lines)
     after = load_file(str(run_dir / "checkpoints" / "step-000003" / "model" / "model.safetensors"))
     assert any(not torch.equal(before[n], after[n]) for n in before)
+
+
+def test_the_deepspeed_launcher_works_too(tmp_path, tiny_model):
+    run_dir = tmp_path / "run"
+    zero = "trainer.backend.zero_stage=1"
+    launch(tmp_path, tiny_model, run_dir, "--set", zero, "--set", "trainer.steps=1",
+           launcher=DEEPSPEED)  # fmt: skip
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    assert len(lines) == 1 and json.loads(lines[0])["grad_norm"] > 0
+    assert (run_dir / "checkpoints" / "step-000001" / "model" / "config.json").is_file()

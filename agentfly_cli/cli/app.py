@@ -5,6 +5,8 @@ This module must stay light: ``agentfly --help`` never imports torch.
 
 from __future__ import annotations
 
+import os
+
 import typer
 
 from agentfly_cli import __version__, settings
@@ -49,9 +51,18 @@ def build_app(*, with_plugin_commands: bool = True) -> typer.Typer:
             callback=_version,
             is_eager=True,
         ),
+        local_rank: int | None = typer.Option(
+            None,
+            "--local_rank",
+            "--local-rank",
+            hidden=True,
+            help="Set by the deepspeed launcher (LOCAL_RANK in the environment is used).",
+        ),
     ) -> None:
         """Train LM agents with reinforcement learning on multi-turn tool use."""
         settings.check_environment()
+        if local_rank is not None:
+            os.environ.setdefault("LOCAL_RANK", str(local_rank))
 
     app.command("plugins")(plugins_cmd.plugins)
     app.add_typer(tools_cmd.app, name="tools")
