@@ -202,6 +202,8 @@ def test_algorithm_and_backend_combinations_train(recipe, tmp_path, sets):
     result = trainer.fit()
     last = result.history[-1]
     assert last["grad_norm"] > 0 and last["train/optimizer_steps"] >= 1
+    # a reference model exists only when the KL has a weight
+    assert (trainer.reference is not None) == (config.trainer.algorithm.kl_coef > 0)
     if config.trainer.algorithm.kl_coef and not config.trainer.algorithm.kl_in_reward:
         assert "kl" in last
     if config.trainer.backend.lora is not None:
