@@ -105,7 +105,8 @@ def _format_error(error: ValidationError, source: str) -> str:
         allowed = _allowed_keys(first["loc"][:-1])
         close = difflib.get_close_matches(str(first["loc"][-1]), allowed, n=1)
         hint = f"did you mean '{close[0]}'? " if close else ""
-        message = f"unknown key; {hint}allowed: {', '.join(allowed)}"
+        listing = f"allowed: {', '.join(allowed)}" if allowed else "check the spelling"
+        message = f"unknown key; {hint}{listing}"
     return f"{source}: {where}: {message}{extra}"
 
 
@@ -113,6 +114,8 @@ def _allowed_keys(path: tuple) -> list[str]:
     """The field names of the section at ``path`` (a pydantic error location)."""
     model: Any = RunConfig
     for part in path:
+        if isinstance(part, int):
+            continue  # an item of a list: same model as the list's
         field = getattr(model, "model_fields", {}).get(part)
         if field is None:
             return []

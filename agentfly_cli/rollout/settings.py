@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class RolloutSettings(BaseModel):
@@ -24,6 +24,13 @@ class RolloutSettings(BaseModel):
         description="end a turn at any sampled token whose text contains one of these "
         "(such as a newline); the token stays in the record and the end-of-turn token follows",
     )
+    @field_validator("stop")
+    @classmethod
+    def _no_empty_stop(cls, stops: list[str]) -> list[str]:
+        if any(not stop for stop in stops):
+            raise ValueError('an empty stop string would end every turn at once; use e.g. "\\n"')
+        return stops
+
     concurrency: int = Field(64, ge=1, description="chains in flight at once")
     temperature: float = Field(1.0, ge=0)
     top_p: float = Field(1.0, gt=0, le=1)

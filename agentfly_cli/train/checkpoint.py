@@ -2,8 +2,9 @@
 
 A checkpoint holds the model as a Hugging Face folder (``model/``, with the tokenizer, so that
 ``agentfly export`` and ``from_pretrained`` read it as is), the train backend's own state
-(weights, optimizer and scheduler, in ``backend/``), and the trainer's state
-(``trainer_state.pt``: step, data position, RNG states, extras such as a value head).
+(weights, optimizer and scheduler, in ``backend/``), the trainer's state (``trainer_state.pt``:
+step, data position, extras such as a value head) and each rank's RNG states
+(``rng-rank<N>.pt``).
 
 Everything is written into a temporary folder beside the final one, then renamed: a crash
 leaves either the previous checkpoint or the new one, never a half-written one.
@@ -87,22 +88,27 @@ class CheckpointManager:
         backend.barrier()
         backend.save_checkpoint(temp / "backend")
         backend.save_model(temp / "model")
+        torch.save(rng_state(), temp / f"rng-rank{backend.rank}.pt")  # each rank its own
         if backend.is_main:
             if tokenizer is not None:
                 tokenizer.save_pretrained(str(temp / "model"))
-            state = {
-                "step": step,
-                "data_position": data_position,
-                "rng": rng_state(),
-                "extra": extra or {},
-            }
+            state = {"step": step, "data_position": data_position, "extra": extra or {}}
             torch.save(state, temp / "trainer_state.pt")
-            if final.exists():
-                shutil.rmtree(final)
-            os.replace(temp, final)
+        backend.barrier()
+        if backend.is_main:
+            self._publish(temp, final)
             self._prune()
         backend.barrier()
         return final
+
+    def _publish(self, temp: Path, final: Path) -> None:
+        """Rename ``temp`` into place; an older copy of the same step goes only afterwards."""
+        old = final.with_name(f".old-{final.name}")
+        if final.exists():
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(final, old)
+        os.replace(temp, final)
+        shutil.rmtree(old, ignore_errors=True)
 
     def load_latest(self, backend: Any) -> dict[str, Any] | None:
         """Load the newest checkpoint into ``backend``; its trainer state, or None if none."""
@@ -111,7 +117,10 @@ class CheckpointManager:
             return None
         backend.load_checkpoint(latest / "backend")
         state = torch.load(latest / "trainer_state.pt", weights_only=False)
-        set_rng_state(state["rng"])
+        rng = latest / f"rng-rank{backend.rank}.pt"
+        set_rng_state(
+            torch.load(rng if rng.is_file() else latest / "rng-rank0.pt", weights_only=False)
+        )
         return state
 
     def _prune(self) -> None:

@@ -20,19 +20,54 @@ def active() -> bool:
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
+def _device():
+    """Where collective tensors live: NCCL takes only CUDA tensors."""
+    import torch.distributed as dist
+
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 def agree_max(value: int) -> int:
     """The largest ``value`` over the ranks."""
     if not active():
         return value
     import torch.distributed as dist
 
-    tensor = torch.tensor([value], dtype=torch.long)
+    tensor = torch.tensor([value], dtype=torch.long, device=_device())
     dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
     return int(tensor.item())
 
 
-def mean_metrics(metrics: Mapping[str, float]) -> dict[str, float]:
-    """Each metric averaged over the ranks that logged it (ranks hold equal task shares)."""
+def all_sum(value: float) -> float:
+    """The sum of ``value`` over the ranks."""
+    if not active():
+        return value
+    import torch.distributed as dist
+
+    tensor = torch.tensor([float(value)], dtype=torch.float64, device=_device())
+    dist.all_reduce(tensor)
+    return float(tensor.item())
+
+
+#: Metrics that are counts (summed over ranks), minima and maxima; the rest are averaged.
+SUMMED_PREFIXES = (
+    "tools/calls",
+    "tools/errors",
+    "tokens/",
+    "rollout/trajectories",
+    "train/dropped",
+    "train/trajectories",
+    "train/trained_tokens",
+)
+MINIMA, MAXIMA = ("reward/min",), ("reward/max",)
+
+
+def combine_metrics(metrics: Mapping[str, float]) -> dict[str, float]:
+    """The ranks' metrics combined: counts summed, min/max kept, everything else averaged
+    (ranks hold equal task shares, so means of means are the overall means; ``reward/std``
+    is the mean of the ranks' stds)."""
     if not active():
         return dict(metrics)
     import torch.distributed as dist
@@ -42,8 +77,17 @@ def mean_metrics(metrics: Mapping[str, float]) -> dict[str, float]:
     keys = {key for part in gathered for key in part}
     out = {}
     for key in keys:
-        values = [part[key] for part in gathered if key in part and part[key] is not None]
-        out[key] = sum(values) / len(values) if values else float("nan")
+        values = [part[key] for part in gathered if part.get(key) is not None]
+        if not values:
+            out[key] = float("nan")
+        elif key.startswith(SUMMED_PREFIXES):
+            out[key] = sum(values)
+        elif key in MINIMA:
+            out[key] = min(values)
+        elif key in MAXIMA:
+            out[key] = max(values)
+        else:
+            out[key] = sum(values) / len(values)
     return out
 
 

@@ -16,6 +16,8 @@ def export_model(run_dir: str | Path, out: str | Path, *, force: bool = False) -
     out = Path(out)
     if out.exists() and not force:
         raise UserError(f"{out} exists; pass --force to replace it or pick another folder")
+    if out.exists() and not out.is_dir():
+        raise UserError(f"{out} is a file; pass a folder to write the model into")
     temp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     shutil.rmtree(temp, ignore_errors=True)
     shutil.copytree(source, temp)

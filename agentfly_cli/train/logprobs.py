@@ -65,8 +65,10 @@ AUTO_CHUNK_LOGITS = 32 * 1024 * 1024
 
 def auto_chunk_size(head: Any) -> int:
     """Positions per chunk so that one chunk's fp32 logits stay near AUTO_CHUNK_LOGITS."""
-    vocab = head.weight.shape[0] if hasattr(head, "weight") else 32_768
-    return max(16, AUTO_CHUNK_LOGITS // max(int(vocab), 1))
+    weight = getattr(head, "weight", None)
+    # ZeRO-3 partitions the weight (its local shape is [0]); ds_shape is the full one
+    shape = getattr(weight, "ds_shape", None) or getattr(weight, "shape", None) or (32_768,)
+    return max(16, AUTO_CHUNK_LOGITS // max(int(shape[0]), 1))
 
 
 def head_logprobs(
@@ -76,15 +78,22 @@ def head_logprobs(
     *,
     chunk_size: int = 0,
     entropy: bool = False,
+    num_chunks: int | None = None,
 ) -> TokenStats:
     """Logprobs of ``targets`` [N] under ``head(hidden)`` for hidden [N, H], chunk by chunk
-    (``chunk_size`` positions at a time; 0: :func:`auto_chunk_size`)."""
+    (``chunk_size`` positions at a time; 0: :func:`auto_chunk_size`). ``num_chunks`` makes
+    exactly that many head calls instead (some may be empty): ranks under ZeRO-3 must agree."""
     chunk_size = chunk_size or auto_chunk_size(head)
+    count = hidden.shape[0]
+    if num_chunks is None:
+        bounds = list(range(0, count, chunk_size)) + [count]
+    else:
+        bounds = [count * i // num_chunks for i in range(num_chunks + 1)]
     pieces, entropies = [], []
     needs_ckpt = torch.is_grad_enabled() and hidden.requires_grad
-    for start in range(0, hidden.shape[0], chunk_size):
-        h = hidden[start : start + chunk_size]
-        t = targets[start : start + chunk_size]
+    for start, stop in zip(bounds[:-1], bounds[1:], strict=True):
+        h = hidden[start:stop]
+        t = targets[start:stop]
         if needs_ckpt:
             lp, ent = checkpoint(_head_chunk, head, h, t, entropy, use_reentrant=False)
         else:
@@ -161,6 +170,7 @@ def sequence_logprobs(
     chunk_size: int = 0,
     entropy: bool = False,
     return_hidden: bool = False,
+    num_chunks: int | None = None,
 ) -> TokenStats:
     """Logprobs (and entropies) at ``batch.target_mask`` positions, in row-major order."""
     body, head = split_model(model)
@@ -185,7 +195,9 @@ def sequence_logprobs(
     select = batch.target_mask.bool()
     picked = hidden[select]
     targets = batch.targets[select]
-    stats = head_logprobs(head, picked, targets, chunk_size=chunk_size, entropy=entropy)
+    stats = head_logprobs(
+        head, picked, targets, chunk_size=chunk_size, entropy=entropy, num_chunks=num_chunks
+    )
     if return_hidden:
         stats.hidden = picked
     return stats

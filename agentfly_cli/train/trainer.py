@@ -14,7 +14,6 @@ import contextlib
 import logging
 import math
 import random
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,7 @@ from agentfly_cli.train.batch import (
 )
 from agentfly_cli.train.checkpoint import CheckpointManager
 from agentfly_cli.train.data import TaskStream
-from agentfly_cli.train.logprobs import SequenceBatch, sequence_logprobs
+from agentfly_cli.train.logprobs import AUTO_CHUNK_LOGITS, SequenceBatch, sequence_logprobs
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +138,11 @@ class Trainer:
         self.share_prefix = settings.share_prefix and not backend_settings.gradient_checkpointing
 
         self._check_group_size()
+        if not self.config.reward:
+            raise UserError(
+                "training needs a reward: set `reward:` in the recipe or pass --reward "
+                "(e.g. exact_match); see `agentfly rewards list`"
+            )
 
         def rollout_backend(backend_config, chat):
             """Build the policy first; the hf backend may then share its model object."""
@@ -155,6 +159,17 @@ class Trainer:
 
         self.rollout = build_rollout(self.config, backend_factory=rollout_backend)
         self.engine = self.rollout.engine
+        if not self.shared_model and not self._takes_weights(self.engine.backend):
+            raise UserError(
+                f"the {self.engine.backend.name} rollout backend cannot take new weights, so "
+                "rollouts would never follow the trained policy; train with backend hf or vllm"
+            )
+        vocab = self.train.unwrapped().config.vocab_size
+        self.chunk = settings.logprob_chunk or max(16, AUTO_CHUNK_LOGITS // vocab)
+        if self.train.world_size > 1 and backend_settings.zero_stage == 3:
+            # ZeRO-3 gathers weights in every module call: all ranks must make the same calls,
+            # and a shared-prefix pass is one more body call than a plain one.
+            self.share_prefix = False
         self._pushes_adapters = (
             backend_settings.lora is not None and backend_settings.sync == "adapter"
         )
@@ -184,6 +199,12 @@ class Trainer:
         from agentfly_cli.rollout.backends.base import Backend
 
         return type(backend).update_adapter is not Backend.update_adapter
+
+    @staticmethod
+    def _takes_weights(backend) -> bool:
+        from agentfly_cli.rollout.backends.base import Backend
+
+        return type(backend).update_weights is not Backend.update_weights
 
     def _check_group_size(self) -> None:
         """Group-relative estimators compare the chains of a task: one chain learns nothing."""
@@ -219,13 +240,11 @@ class Trainer:
         )
 
     def _load_reference(self):
-        from transformers import AutoModelForCausalLM
+        from agentfly_cli.train.backends.base import load_hf_model
 
-        model = self.train.unwrapped()
-        dtype = next(model.parameters()).dtype
-        reference = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=dtype)
-        reference.to(self.train.device).eval().requires_grad_(False)
-        return reference
+        dtype = next(self.train.unwrapped().parameters()).dtype
+        reference = load_hf_model(self.model_path, dtype)
+        return reference.to(self.train.device).eval().requires_grad_(False)
 
     # ---- the loop ----------------------------------------------------------------------------
     def fit(self, stop_after: int | None = None) -> TrainResult:
@@ -279,40 +298,26 @@ class Trainer:
         return TrainResult(self.run_dir, settings.steps, history, self.train.is_main)
 
     async def _step(self, step: int) -> dict[str, float]:
-        from agentfly_cli.train.metrics import rollout_metrics
+        from agentfly_cli.train.metrics import StepTimer, rollout_metrics, total_tokens
 
-        started = time.perf_counter()
+        timer = StepTimer()
         picked = self.stream.take(self.settings.tasks_per_step)
-        world, rank = self.train.world_size, self.train.rank
-        trajectories = await self._rollout(step, picked[rank::world])  # this rank's share
-        rollout_s = time.perf_counter() - started
+        share = len(picked) // self.train.world_size
+        mine = picked[self.train.rank * share : (self.train.rank + 1) * share]
+        with timer.section("rollout"):
+            trajectories = await self._rollout(step, mine)  # this rank's contiguous share
         metrics = rollout_metrics(trajectories)
         if self.settings.save_trajectories:
             self._write_trajectories(step, trajectories)
-
-        train_started = time.perf_counter()
-        batch = self._prepare(trajectories, metrics)
-        if batch is not None or distributed.active():
-            metrics.update(self._optimize(step, batch))
-        train_s = time.perf_counter() - train_started
-
-        sync_started = time.perf_counter()
-        await self._sync_weights()
-        sync_s = time.perf_counter() - sync_started
-        step_s = time.perf_counter() - started
-        tokens = sum(len(t.ids) for t in trajectories) * self.train.world_size
-        metrics = distributed.mean_metrics(metrics)
-        metrics.update(
-            {
-                "time/rollout_s": rollout_s,
-                "time/train_s": train_s,
-                "time/sync_s": sync_s,
-                "time/step_s": step_s,
-                "throughput/tokens_per_s": tokens / step_s if step_s > 0 else 0.0,
-                "data/position": float(self.stream.position),
-            }
-        )
-        return metrics
+        with timer.section("train"):
+            batch = self._prepare(trajectories, metrics)
+            if batch is not None or distributed.active():
+                metrics.update(self._optimize(step, batch))
+        with timer.section("sync"):
+            await self._sync_weights()
+        metrics.update(timer.metrics(total_tokens(trajectories) * self.train.world_size))
+        metrics["data/position"] = float(self.stream.position)
+        return distributed.combine_metrics(metrics)
 
     async def _rollout(self, step: int, picked) -> list[Trajectory]:
         tasks = [task for _, task in picked]
@@ -393,13 +398,27 @@ class Trainer:
             plans = [p.to(self.train.device) for p in planned]
         return plans + [None] * (distributed.agree_max(len(plans)) - len(plans))
 
+    def _policy_logprobs(self, batch: SequenceBatch, **options: Any):
+        """:func:`sequence_logprobs` of the policy; with several ranks, every rank makes the
+        same number of output-head calls (ZeRO-3 gathers weights in each)."""
+        chunks = None
+        if distributed.active():
+            trained = int(batch.target_mask.sum().item())
+            chunks = distributed.agree_max(max(1, math.ceil(trained / self.chunk)))
+        return sequence_logprobs(
+            self.train.model, batch, chunk_size=self.chunk, num_chunks=chunks, **options
+        )
+
     def _idle_pass(self, *, backward: bool) -> None:
         """A zero-weight pass over one token: keeps this rank in step with busier ranks."""
         token = torch.tensor([[self.chat.eot_token_ids[0]]], device=self.train.device)
         one = SequenceBatch.unshared(token, torch.ones_like(token), token, token > -1)
-        stats = sequence_logprobs(self.train.model, one, chunk_size=1)
+        stats = self._policy_logprobs(one, return_hidden=self.value_head is not None)
         if backward:
-            self.train.backward(stats.logprobs.sum() * 0.0)
+            loss = stats.logprobs.sum() * 0.0
+            if self.value_head is not None:
+                loss = loss + self.value_head(stats.hidden).sum() * 0.0
+            self.train.backward(loss)
 
     @torch.no_grad()
     def _reference_pass(self, batch: StepBatch | None) -> None:
@@ -427,20 +446,13 @@ class Trainer:
             sub = [batch.rows[i] for i in plan.rows]
             index = torch.tensor(plan.rows)
             if need_old:
-                stats = sequence_logprobs(
-                    self.train.model,
-                    plan.batch,
-                    chunk_size=self.settings.logprob_chunk,
-                    return_hidden=self.value_head is not None,
-                )
+                stats = self._policy_logprobs(plan.batch, return_hidden=self.value_head is not None)
                 old[index] = scatter_rows(stats.logprobs.cpu(), sub, width)
                 if self.value_head is not None:
                     v = self.value_head(stats.hidden).cpu()
                     values[index] = scatter_rows(v, sub, width)
             if self.reference is not None:
-                stats = sequence_logprobs(
-                    self.reference, plan.batch, chunk_size=self.settings.logprob_chunk
-                )
+                stats = sequence_logprobs(self.reference, plan.batch, chunk_size=self.chunk)
                 ref[index] = scatter_rows(stats.logprobs.cpu(), sub, width)
         if need_old:
             batch.old_logprobs = old
@@ -452,7 +464,11 @@ class Trainer:
     def _advantages(self, batch: StepBatch) -> None:
         token_rewards = None
         if self.reference is not None and self.algo.kl_in_reward:
-            token_rewards = alg_kl_token_rewards(batch, self.algo)
+            from agentfly_cli.train import losses
+
+            token_rewards = losses.kl_token_rewards(
+                batch.old_logprobs, batch.ref_logprobs, batch.mask, self.algo
+            )
         data = alg.AdvantageInput(
             rewards=batch.rewards,
             mask=batch.mask,
@@ -484,7 +500,11 @@ class Trainer:
                 plans = self._plans(batch, indices)
                 if not plans:
                     continue  # every rank agrees: nothing left for this mini-batch
-                num_tokens = int(batch.mask[indices].sum().item()) if indices else 0
+                # Normalisers over the whole mini-batch, every rank's part of it: each rank's
+                # loss is scaled by the world size since DeepSpeed averages the gradients.
+                local_tokens = int(batch.mask[indices].sum().item()) if indices else 0
+                num_tokens = distributed.all_sum(local_tokens)
+                num_seqs = distributed.all_sum(len(indices))
                 for plan in plans:
                     if plan is None:
                         self._idle_pass(backward=True)
@@ -492,13 +512,12 @@ class Trainer:
                     padded = plan.batch.num_tokens
                     real = plan.batch.num_real_tokens
                     tally.add("train/padding_fraction", 1 - real / padded, padded)
-                    loss = self._micro_loss(batch, plan, num_tokens, len(indices), tally)
-                    self.train.backward(loss)
-                tally.add("grad_norm", self.train.step())
+                    loss = self._micro_loss(batch, plan, num_tokens, num_seqs, tally)
+                    self.train.backward(loss * self.train.world_size)
+                grad_norm = self.train.step()
+                tally.add("grad_norm", grad_norm)
                 if self.value_optimizer is not None:
-                    distributed.average_gradients(self.value_head.parameters())
-                    self.value_optimizer.step()
-                    self.value_optimizer.zero_grad(set_to_none=True)
+                    self._value_step(grad_norm)
                 optimizer_steps += 1
         out = tally.means(
             per_step=("loss/policy", "loss/total", "loss/value"), steps=optimizer_steps
@@ -509,8 +528,18 @@ class Trainer:
             out["train/trained_tokens"] = float(batch.mask.sum().item())
         return out
 
+    def _value_step(self, policy_grad_norm: float) -> None:
+        """The value head's update, skipped with the policy's when gradients are not finite."""
+        distributed.average_gradients(self.value_head.parameters())
+        if math.isfinite(policy_grad_norm):
+            max_norm = self.settings.backend.max_grad_norm
+            if max_norm is not None:
+                torch.nn.utils.clip_grad_norm_(self.value_head.parameters(), max_norm)
+            self.value_optimizer.step()
+        self.value_optimizer.zero_grad(set_to_none=True)
+
     def _micro_loss(
-        self, batch: StepBatch, plan: MicroBatch, num_tokens: int, num_seqs: int, tally: _Tally
+        self, batch: StepBatch, plan: MicroBatch, num_tokens: float, num_seqs: float, tally: _Tally
     ) -> torch.Tensor:
         """The loss of one micro-batch, normalised by its mini-batch's token and row counts so
         that the micro-batch losses sum to the mini-batch loss."""
@@ -520,12 +549,8 @@ class Trainer:
         width = batch.mask.shape[1]
         index = torch.tensor(plan.rows)
         sub = [batch.rows[i] for i in plan.rows]
-        stats = sequence_logprobs(
-            self.train.model,
-            plan.batch,
-            chunk_size=self.settings.logprob_chunk,
-            entropy=True,
-            return_hidden=self.value_head is not None,
+        stats = self._policy_logprobs(
+            plan.batch, entropy=True, return_hidden=self.value_head is not None
         )
         device = stats.logprobs.device
 
@@ -632,10 +657,3 @@ class Trainer:
             self.value_head.load_state_dict(extra["value_head"])
             self.value_optimizer.load_state_dict(extra["value_optimizer"])
         return int(state["step"])
-
-
-def alg_kl_token_rewards(batch: StepBatch, config) -> torch.Tensor:
-    """Per-token ``-kl_coef * k1(old, ref)`` for KL-in-reward."""
-    from agentfly_cli.train import losses
-
-    return losses.kl_token_rewards(batch.old_logprobs, batch.ref_logprobs, batch.mask, config)

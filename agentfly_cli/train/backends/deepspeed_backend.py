@@ -35,7 +35,7 @@ from agentfly_cli.train.backends.base import (
 )
 from agentfly_cli.train.backends.torch_backend import grad_norm, make_adamw
 
-INSTALL_HINT = "pip install 'deepspeed>=0.16' (or `make install-deepspeed`)"
+INSTALL_HINT = "pip install 'deepspeed>=0.19.8' (or `make install-deepspeed`)"
 CHECKPOINT_TAG = "deepspeed"
 
 
