@@ -21,6 +21,7 @@ pytestmark = [
 ]
 
 
+@pytest.mark.timeout(45 * 60)  # the run itself: about 8-10 minutes here
 def test_demo_learns_tool_use(tmp_path):
     done = subprocess.run(
         [sys.executable, str(REPO / "scripts" / "demo.py"), "--quiet"],

@@ -17,6 +17,7 @@ from safetensors.torch import load_file
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.timeout(20 * 60),
     pytest.mark.skipif(
         importlib.util.find_spec("deepspeed") is None,
         reason="deepspeed is not installed (make install-deepspeed)",
