@@ -15,20 +15,25 @@ from pathlib import Path
 DATA = Path(__file__).resolve().parents[1] / "agentfly_cli" / "recipes" / "data"
 
 
+def add_or_sub(kind: str, a: int, b: int) -> tuple[str, int]:
+    """An addition, or a subtraction with a non-negative result."""
+    if kind == "add":
+        return f"What is {a} + {b}?", a + b
+    a, b = max(a, b), min(a, b)
+    return f"What is {a} - {b}?", a - b
+
+
 def arithmetic_rows(count: int = 256, seed: int = 1234):
     rng = random.Random(seed)
     for i in range(count):
         kind = ("add", "sub", "mul", "two_step")[i % 4]
         a, b, c = rng.randint(10, 99), rng.randint(10, 99), rng.randint(2, 9)
-        if kind == "add":
-            question, value = f"What is {a} + {b}?", a + b
-        elif kind == "sub":
-            a, b = max(a, b), min(a, b)
-            question, value = f"What is {a} - {b}?", a - b
-        elif kind == "mul":
+        if kind == "mul":
             question, value = f"What is {a} * {c}?", a * c
-        else:
+        elif kind == "two_step":
             question, value = f"What is ({a} + {b}) * {c}?", (a + b) * c
+        else:
+            question, value = add_or_sub(kind, a, b)
         yield {"id": f"arith-{i:03d}", "question": question, "answer": str(value), "kind": kind}
 
 
@@ -37,16 +42,12 @@ def calculator_rows(count: int = 512, seed: int = 2024):
     for i in range(count):
         kind = ("add", "sub", "mul", "add3")[i % 4]
         a, b = rng.randint(10, 99), rng.randint(10, 99)
-        if kind == "add":
-            question, value = f"What is {a} + {b}?", a + b
-        elif kind == "sub":
-            a, b = max(a, b), min(a, b)
-            question, value = f"What is {a} - {b}?", a - b
-        elif kind == "mul":
+        if kind == "mul":
             question, value = f"What is {a} * {b}?", a * b
+        elif kind == "add3":
+            question, value = add_or_sub("add", rng.randint(100, 999), b)
         else:
-            a = rng.randint(100, 999)
-            question, value = f"What is {a} + {b}?", a + b
+            question, value = add_or_sub(kind, a, b)
         yield {"id": f"calc-{i:03d}", "question": question, "answer": str(value), "kind": kind}
 
 
