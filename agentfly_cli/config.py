@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from agentfly_cli.chat.templates import ObservationFormat
+from agentfly_cli.envs.settings import EnvPoolConfig
 from agentfly_cli.errors import UserError
 from agentfly_cli.rollout.backends.base import BackendConfig
 from agentfly_cli.rollout.settings import RolloutSettings
@@ -74,6 +75,9 @@ class RunConfig(BaseModel):
     chat: ChatConfig = Field(default_factory=ChatConfig)
     rollout: RolloutSettings = Field(default_factory=RolloutSettings)
     trainer: TrainerSettings = Field(default_factory=TrainerSettings)
+    envs: dict[str, EnvPoolConfig] = Field(
+        default_factory=dict, description="per env name: provider, pool server, pool limits"
+    )
     out: str | None = Field(None, description="trajectory JSONL to write")
 
     @field_validator("reward", mode="before")

@@ -77,9 +77,9 @@ class EnvSpec(pydantic.BaseModel):
             raise ValueError(f"warm_size ({self.warm_size}) exceeds pool_max ({self.pool_max})")
         return self
 
-    def create(self) -> Env:
-        """Make a new, not yet started env."""
-        env = self.factory()
+    def create(self, **options: Any) -> Env:
+        """Make a new, not yet started env; ``options`` are keyword arguments of the factory."""
+        env = self.factory(**options)
         if not isinstance(env, Env):
             raise TypeError(
                 f"env '{self.name}': factory returned {type(env).__name__}, which lacks the Env "

@@ -22,6 +22,7 @@ from typing import Any
 
 from agentfly_cli.chat.parsers import ParsedResponse, ToolCall, ToolCallParser
 from agentfly_cli.chat.templates import ChatTemplate
+from agentfly_cli.envs.manager import ResourceManager
 from agentfly_cli.rollout.backends.base import Backend, RequestContext, SamplingParams
 from agentfly_cli.rollout.settings import RolloutSettings
 from agentfly_cli.rollout.tasks import opening_messages
@@ -91,6 +92,7 @@ class RolloutEngine:
         system_prompt: str | None = None,
         examples: Sequence[Mapping[str, Any]] = (),
         env_specs: Mapping[str, Any] | None = None,
+        env_manager: ResourceManager | None = None,
         meta: Mapping[str, Any] | None = None,
     ) -> None:
         self.backend = backend
@@ -102,6 +104,9 @@ class RolloutEngine:
         self.system_prompt = system_prompt
         self.examples = [dict(m) for m in examples]
         self.env_specs = dict(env_specs or {})
+        if env_manager is not None:
+            self.env_specs = {**env_manager.specs, **self.env_specs}
+        self.envs = env_manager or ResourceManager(self.env_specs)  # the env pools
         self.meta = dict(meta or {})  # copied into every trajectory (e.g. the tokenizer folder)
         self.tool_schemas = [t.schema for t in tools] or None
         missing = sorted({t.env for t in tools if t.env and t.env not in self.env_specs})
@@ -155,8 +160,9 @@ class RolloutEngine:
             return trajectory
 
         jobs = [one(i, s) for i in range(len(tasks)) for s in range(n)]
-        with _fewer_gc_passes(self.settings.gc_threshold):
-            return list(await asyncio.gather(*jobs))
+        async with self.envs.running():
+            with _fewer_gc_passes(self.settings.gc_threshold):
+                return list(await asyncio.gather(*jobs))
 
     async def run_chain(
         self,
@@ -358,19 +364,20 @@ class RolloutEngine:
         return await tool.invoke(arguments, env=env, **self._invoke_options)
 
     async def _env(self, chain: _Chain, name: str) -> Any:
-        """The chain's env of that name, started once even when calls ask for it together."""
+        """The chain's env of that name, leased once even when calls ask for it together.
+
+        The lease ends with the chain: the env goes back to its pool, or is killed when the
+        chain crashed or was cancelled.
+        """
         env = chain.envs.get(name)
         if env is None:
             async with chain.env_lock:
                 env = chain.envs.get(name)
                 if env is None:
-                    from agentfly_cli.envs.base import standalone_env
-
-                    spec = self.env_specs[name]
-                    env = await chain.stack.enter_async_context(
-                        standalone_env(spec, chain.trajectory.task)
+                    handle = await chain.stack.enter_async_context(
+                        self.envs.lease(name, chain.trajectory.task)
                     )
-                    chain.envs[name] = env
+                    env = chain.envs[name] = handle.env
         return env
 
     async def _score(self, trajectory: Trajectory) -> None:

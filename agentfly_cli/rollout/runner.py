@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentfly_cli.config import RunConfig
+from agentfly_cli.envs.manager import ResourceManager
 from agentfly_cli.errors import UserError
 from agentfly_cli.rollout.engine import RolloutEngine
 from agentfly_cli.rollout.trajectory import Trajectory, TrajectoryWriter, check_output_path
@@ -79,6 +80,14 @@ def build_rollout(config: RunConfig, backend_factory: Callable | None = None) ->
                 f"{config.data.path} lacks; add them to every row or pick another reward"
             )
     env_specs = {t.env: host.components.envs.get(t.env) for t in tools if t.env}
+    for name in config.envs:
+        if name not in env_specs:
+            used = ", ".join(sorted(env_specs)) or "none"
+            raise UserError(
+                f"envs.{name}: no tool of this run uses an env named '{name}' (envs in use: "
+                f"{used}); remove it or add a tool that needs it"
+            )
+    env_manager = ResourceManager(env_specs, config.envs)
     backend_ref = host.components.backends.get(config.backend.name)
 
     model = config.backend.model or config.model
@@ -106,7 +115,7 @@ def build_rollout(config: RunConfig, backend_factory: Callable | None = None) ->
         config.rollout,
         system_prompt=config.chat.system_prompt,
         examples=config.chat.examples,
-        env_specs=env_specs,
+        env_manager=env_manager,
         meta={"tokenizer": tokenizer_source, "template": chat.name, "backend": config.backend.name},
     )
     info = {
@@ -135,7 +144,7 @@ async def run_rollout_async(
 
     started = time.perf_counter()
     try:
-        async with run.engine.backend:
+        async with run.engine.backend, run.engine.envs:
             trajectories = await run.engine.run(run.tasks, on_finish=finished)
     finally:
         if writer is not None:

@@ -24,6 +24,7 @@ class RolloutSettings(BaseModel):
         description="end a turn at any sampled token whose text contains one of these "
         "(such as a newline); the token stays in the record and the end-of-turn token follows",
     )
+
     @field_validator("stop")
     @classmethod
     def _no_empty_stop(cls, stops: list[str]) -> list[str]:

@@ -53,6 +53,7 @@ def all_sum(value: float) -> float:
 
 #: Metrics that are counts (summed over ranks), minima and maxima; the rest are averaged.
 SUMMED_PREFIXES = (
+    "env/",  # each rank has its own env pools
     "tools/calls",
     "tools/errors",
     "tokens/",

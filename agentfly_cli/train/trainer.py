@@ -277,7 +277,7 @@ class Trainer:
         )
         step = self.start_step
         try:
-            async with self.engine.backend:
+            async with self.engine.backend, self.engine.envs:
                 if self.start_step:
                     await self._sync_weights()  # resumed weights reach the rollout backend
                 with telemetry:
@@ -317,6 +317,7 @@ class Trainer:
             await self._sync_weights()
         metrics.update(timer.metrics(total_tokens(trajectories) * self.train.world_size))
         metrics["data/position"] = float(self.stream.position)
+        metrics.update(self.engine.envs.metrics())  # env pool gauges and counters
         return distributed.combine_metrics(metrics)
 
     async def _rollout(self, step: int, picked) -> list[Trajectory]:

@@ -1,0 +1,470 @@
+"""A pool of envs of one spec: capped, warmed ahead of time, health-checked, reaped, leak-free.
+
+Every env the pool creates is in exactly one place at a time: starting, idle, in use, being
+returned (reset + health check), or closing. The cap counts all of them, so a pool never holds
+more than ``pool_max`` envs, even while a dead one is still being torn down. Waiters queue in
+FIFO order with a deadline; a released env is handed straight to the first waiter.
+
+Cancellation is safe everywhere: an acquire cancelled while its env starts kills that env, a
+lease left by an exception or a cancellation kills its env rather than reusing it, and a
+release cancelled mid-reset closes the env.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from agentfly_cli.envs.base import EnvSpec
+from agentfly_cli.envs.providers.base import EnvHandle, EnvProvider
+
+log = logging.getLogger(__name__)
+
+
+class EnvPoolError(RuntimeError):
+    """Base class of the pool's errors."""
+
+
+class AcquireTimeout(EnvPoolError, TimeoutError):
+    """No env became free within the acquire timeout."""
+
+
+class EnvStartError(EnvPoolError):
+    """An env failed to start (or to reset for its task)."""
+
+
+class PoolClosed(EnvPoolError):
+    """The pool was shut down."""
+
+
+@dataclass(frozen=True)
+class PoolSettings:
+    """The limits one pool runs under: the spec's, overridden by the run's config."""
+
+    pool_max: int = 8
+    warm_size: int = 0
+    start_timeout: float = 60.0
+    idle_ttl: float | None = 600.0
+    acquire_timeout: float = 120.0
+    reset_timeout: float = 60.0
+    health_timeout: float = 10.0
+    close_timeout: float = 10.0
+
+    @classmethod
+    def from_spec(cls, spec: EnvSpec, **overrides: Any) -> PoolSettings:
+        values = {
+            "pool_max": spec.pool_max,
+            "warm_size": spec.warm_size,
+            "start_timeout": spec.start_timeout,
+            "idle_ttl": spec.idle_ttl,
+        }
+        given = {k: v for k, v in overrides.items() if v is not None}
+        values.update(given)
+        if "warm_size" not in given:  # a smaller cap than the spec's lowers its warm size too
+            values["warm_size"] = min(values["warm_size"], values["pool_max"])
+        if values["warm_size"] > values["pool_max"]:
+            raise ValueError(
+                f"env '{spec.name}': warm_size ({values['warm_size']}) exceeds pool_max "
+                f"({values['pool_max']})"
+            )
+        return cls(**values)
+
+
+@dataclass
+class PoolStats:
+    """Counters and gauges of one pool. After :meth:`EnvPool.close`, ``created == closed``."""
+
+    in_use: int = 0
+    idle: int = 0
+    waiting: int = 0
+    starting: int = 0
+    created: int = 0  # start attempts
+    started: int = 0  # successful starts
+    failed: int = 0  # failed starts (errors and start timeouts) and failed task resets
+    closed: int = 0  # envs torn down, whatever the reason
+    acquired: int = 0
+    released: int = 0  # returned healthy and reused
+    restarts: int = 0  # returned unhealthy (or failing their reset): closed and replaced
+    killed: int = 0  # their trajectory was cancelled or crashed
+    reaped: int = 0  # idle longer than idle_ttl
+    abandoned: int = 0  # still in use when the pool closed
+    timeouts: int = 0  # acquires that gave up waiting
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+class EnvPool:
+    """Envs of one spec from one provider, leased to trajectories."""
+
+    def __init__(
+        self,
+        spec: EnvSpec,
+        provider: EnvProvider,
+        settings: PoolSettings | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.spec = spec
+        self.provider = provider
+        self.settings = settings or PoolSettings.from_spec(spec)
+        self.options = dict(options or {})
+        self._stats = PoolStats()
+        self._idle: collections.deque[tuple[EnvHandle, float]] = collections.deque()
+        self._in_use: set[EnvHandle] = set()
+        self._returning: set[EnvHandle] = set()
+        self._starting = 0
+        self._closing: set[asyncio.Task] = set()
+        self._background: set[asyncio.Task] = set()
+        self._waiters: collections.deque[asyncio.Future] = collections.deque()
+        self._reaper: asyncio.Task | None = None
+        self._closed = False
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # -- lifecycle -------------------------------------------------------------------------
+    async def start(self) -> int:
+        """Start ``warm_size`` envs in parallel and the idle reaper; return how many started.
+
+        Raises :class:`EnvStartError` when envs were asked for and none started.
+        """
+        self._check_open()
+        if self._reaper is None and self.settings.idle_ttl is not None:
+            self._reaper = asyncio.create_task(self._reap_forever(), name=f"reap-{self.name}")
+        wanted = self.settings.warm_size - self._occupied()
+        if wanted <= 0:
+            return 0
+        results = await asyncio.gather(
+            *(self._start_one() for _ in range(wanted)), return_exceptions=True
+        )
+        started = 0
+        for result in results:
+            if isinstance(result, BaseException):
+                continue
+            started += 1
+            self._put_back(result)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors and not started:
+            raise errors[0]
+        if errors:
+            log.warning(
+                "env '%s': %d of %d warm envs failed: %s", self.name, len(errors), wanted, errors[0]
+            )
+        return started
+
+    async def close(self) -> None:
+        """Close every env (idle, in use, starting in the background); wake waiters."""
+        if not self._closed:
+            self._closed = True
+            for task in (self._reaper, *self._background):
+                if task is not None:
+                    task.cancel()
+            await asyncio.gather(
+                *(t for t in (self._reaper, *self._background) if t is not None),
+                return_exceptions=True,
+            )
+            while self._waiters:
+                waiter = self._waiters.popleft()
+                if not waiter.done():
+                    waiter.set_exception(PoolClosed(f"the '{self.name}' env pool was shut down"))
+            while self._idle:
+                handle, _ = self._idle.popleft()
+                self._destroy(handle)
+            for handle in list(self._in_use):
+                self._in_use.discard(handle)
+                self._stats.abandoned += 1
+                self._destroy(handle)
+        while self._closing or self._returning or self._starting:
+            pending = list(self._closing)
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+            else:
+                await asyncio.sleep(0.01)
+
+    async def __aenter__(self) -> EnvPool:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    # -- leasing ---------------------------------------------------------------------------
+    @contextlib.asynccontextmanager
+    async def lease(
+        self, task: Mapping[str, Any] | None = None, timeout: float | None = None
+    ) -> AsyncIterator[EnvHandle]:
+        """An env for one trajectory: reset for ``task``; returned on exit, killed on errors."""
+        handle = await self.acquire(task, timeout)
+        try:
+            yield handle
+        except BaseException:
+            await self.release(handle, broken=True)
+            raise
+        await self.release(handle)
+
+    async def acquire(
+        self, task: Mapping[str, Any] | None = None, timeout: float | None = None
+    ) -> EnvHandle:
+        """Take an idle env or start one, waiting at most ``timeout`` seconds for room.
+
+        ``task`` (when given) is passed to the env's ``reset``.
+        """
+        self._check_open()
+        timeout = self.settings.acquire_timeout if timeout is None else timeout
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        handle: EnvHandle | None = None
+        while handle is None:
+            if not self._waiters and self._idle:
+                handle, _ = self._idle.pop()
+                self._in_use.add(handle)
+            elif not self._waiters and self._occupied() < self.settings.pool_max:
+                handle = await self._start_one()
+                self._in_use.add(handle)
+            else:
+                handle = await self._wait(deadline, timeout)  # None: room to start one
+                self._check_open()
+                if handle is None and self._occupied() < self.settings.pool_max:
+                    handle = await self._start_one()
+                    self._in_use.add(handle)
+        if task is not None:
+            await self._reset_for(handle, task)
+        self._stats.acquired += 1
+        return handle
+
+    async def release(self, handle: EnvHandle, *, broken: bool = False) -> None:
+        """Return a leased env: reset and health-checked, it goes back; otherwise replaced.
+
+        ``broken=True`` (its trajectory crashed or was cancelled) kills it at once.
+        """
+        if handle not in self._in_use:
+            if self._closed:
+                return  # the pool already closed it
+            raise ValueError(f"this env was not leased from the '{self.name}' pool")
+        self._in_use.discard(handle)
+        if broken:
+            self._stats.killed += 1
+            self._destroy(handle)
+            self._replenish()
+            return
+        self._returning.add(handle)
+        healthy, cancelled = False, False
+        try:
+            await asyncio.wait_for(handle.reset(None), self.settings.reset_timeout)
+            healthy = bool(await asyncio.wait_for(handle.healthy(), self.settings.health_timeout))
+        except asyncio.CancelledError:
+            cancelled = True
+        except Exception as exc:  # a failing reset or health check means: replace it
+            log.debug("env '%s' failed its release check: %r", self.name, exc)
+        finally:
+            self._returning.discard(handle)
+        if healthy and not cancelled and not self._closed:
+            self._stats.released += 1
+            self._put_back(handle)
+        else:
+            if not cancelled:
+                self._stats.restarts += 1
+            else:
+                self._stats.killed += 1
+            self._destroy(handle)
+            self._replenish()
+        if cancelled:
+            raise asyncio.CancelledError
+
+    # -- observing -------------------------------------------------------------------------
+    def stats(self) -> PoolStats:
+        """A snapshot of the counters, with the gauges filled in."""
+        snapshot = PoolStats(**self._stats.as_dict())
+        snapshot.in_use = len(self._in_use)
+        snapshot.idle = len(self._idle)
+        snapshot.waiting = sum(1 for w in self._waiters if not w.done())
+        snapshot.starting = self._starting
+        return snapshot
+
+    def live(self) -> int:
+        """Envs that exist now in any state (starting, idle, in use, returning, closing)."""
+        return self._occupied()
+
+    # -- internals -------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise PoolClosed(f"the '{self.name}' env pool was shut down")
+
+    def _occupied(self) -> int:
+        return (
+            self._starting
+            + len(self._idle)
+            + len(self._in_use)
+            + len(self._returning)
+            + len(self._closing)
+        )
+
+    async def _wait(self, deadline: float, timeout: float) -> EnvHandle | None:
+        """Queue until an env is handed over (returned) or room is made (None)."""
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        received = False
+        try:
+            async with asyncio.timeout_at(deadline):
+                handle = await waiter
+            received = True
+            return handle
+        except TimeoutError:
+            self._stats.timeouts += 1
+            raise AcquireTimeout(
+                f"no '{self.name}' env was free within {timeout:g} s: all {self.settings.pool_max} "
+                "are in use; raise envs.<name>.pool_max or acquire_timeout, or lower "
+                "rollout.concurrency"
+            ) from None
+        finally:
+            with contextlib.suppress(ValueError):
+                self._waiters.remove(waiter)
+            if not received and waiter.done() and not waiter.cancelled():
+                if waiter.exception() is None:  # handed over just as we timed out or left
+                    self._hand_back(waiter.result())
+
+    def _hand_back(self, handle: EnvHandle | None) -> None:
+        """Give a handed-over env (or a wake-up) to the next waiter: its receiver left."""
+        if handle is None:
+            self._wake(None)
+        else:
+            self._in_use.discard(handle)
+            self._put_back(handle)
+
+    def _wake(self, handle: EnvHandle | None) -> bool:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                if handle is not None:
+                    self._in_use.add(handle)
+                waiter.set_result(handle)
+                return True
+        return False
+
+    def _put_back(self, handle: EnvHandle) -> None:
+        """A clean env: to the first waiter, or idle."""
+        if self._closed:
+            self._destroy(handle)
+        elif not self._wake(handle):
+            self._idle.append((handle, time.monotonic()))
+
+    async def _start_one(self) -> EnvHandle:
+        self._starting += 1
+        self._stats.created += 1
+        handle: EnvHandle | None = None
+        try:
+            handle = await self.provider.create(self.spec, self.options)
+            await asyncio.wait_for(handle.start(), self.settings.start_timeout)
+        except BaseException as exc:
+            self._starting -= 1
+            self._stats.failed += 1
+            if handle is None:
+                self._stats.closed += 1  # nothing was made, nothing to close
+                self._wake(None)
+            else:
+                self._destroy(handle)
+            if isinstance(exc, TimeoutError):
+                raise EnvStartError(
+                    f"env '{self.name}' did not start within {self.settings.start_timeout:g} s; "
+                    "raise envs.<name>.start_timeout or check the env"
+                ) from None
+            if isinstance(exc, Exception):
+                raise EnvStartError(
+                    f"env '{self.name}' failed to start: {type(exc).__name__}: {exc}"
+                ) from exc
+            raise
+        self._starting -= 1
+        self._stats.started += 1
+        if self._closed:
+            self._destroy(handle)
+            raise PoolClosed(f"the '{self.name}' env pool was shut down")
+        return handle
+
+    async def _reset_for(self, handle: EnvHandle, task: Mapping[str, Any]) -> None:
+        try:
+            await asyncio.wait_for(handle.reset(task), self.settings.reset_timeout)
+        except BaseException as exc:
+            self._in_use.discard(handle)
+            self._stats.failed += 1
+            self._destroy(handle)
+            self._replenish()
+            if isinstance(exc, TimeoutError):
+                raise EnvStartError(
+                    f"env '{self.name}' did not reset within {self.settings.reset_timeout:g} s"
+                ) from None
+            if isinstance(exc, Exception):
+                raise EnvStartError(
+                    f"env '{self.name}' failed to reset for its task: {type(exc).__name__}: {exc}"
+                ) from exc
+            raise
+
+    def _destroy(self, handle: EnvHandle) -> None:
+        """Close ``handle`` in the background (killed if closing fails or takes too long)."""
+        task = asyncio.get_running_loop().create_task(self._close_handle(handle))
+        self._closing.add(task)
+        task.add_done_callback(self._closed_one)
+
+    async def _close_handle(self, handle: EnvHandle) -> None:
+        try:
+            await asyncio.wait_for(handle.close(), self.settings.close_timeout)
+        except BaseException as exc:  # including our own cancellation at loop shutdown
+            log.debug("env '%s' did not close cleanly (%r); killing it", self.name, exc)
+            await handle.kill()
+
+    def _closed_one(self, task: asyncio.Task) -> None:
+        self._closing.discard(task)
+        self._stats.closed += 1
+        if not self._closed:
+            self._wake(None)
+
+    def _replenish(self) -> None:
+        """Start envs in the background to keep ``warm_size`` of them alive."""
+        if self._closed:
+            return
+        missing = self.settings.warm_size - (self._occupied() - len(self._closing))
+        for _ in range(max(0, missing)):
+            task = asyncio.get_running_loop().create_task(self._warm_one())
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    async def _warm_one(self) -> None:
+        try:
+            handle = await self._start_one()
+        except EnvPoolError as exc:
+            if not self._closed:
+                log.warning("%s", exc)
+            return
+        self._put_back(handle)
+
+    async def _reap_forever(self) -> None:
+        ttl = self.settings.idle_ttl
+        assert ttl is not None
+        interval = min(max(ttl / 4, 0.05), 30.0)
+        while True:
+            await asyncio.sleep(interval)
+            self.reap(ttl)
+
+    def reap(self, ttl: float) -> int:
+        """Close envs idle longer than ``ttl`` seconds, keeping ``warm_size`` alive."""
+        now = time.monotonic()
+        reaped = 0
+        while self._idle and self._occupied() - len(self._closing) > self.settings.warm_size:
+            handle, since = self._idle[0]
+            if now - since < ttl:
+                break
+            self._idle.popleft()
+            self._stats.reaped += 1
+            self._destroy(handle)
+            reaped += 1
+        return reaped
