@@ -11,6 +11,7 @@ import typer
 
 from agentfly_cli import __version__, settings
 from agentfly_cli.cli import (
+    env_cmd,
     envs_cmd,
     models_cmd,
     plugins_cmd,
@@ -68,6 +69,7 @@ def build_app(*, with_plugin_commands: bool = True) -> typer.Typer:
     app.add_typer(tools_cmd.app, name="tools")
     app.add_typer(rewards_cmd.app, name="rewards")
     app.add_typer(envs_cmd.app, name="envs")
+    app.add_typer(env_cmd.app, name="env")
     app.add_typer(recipes_cmd.app, name="recipes")
     app.add_typer(models_cmd.app, name="models")
     app.command("rollout")(rollout_cmd.rollout)

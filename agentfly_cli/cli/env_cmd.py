@@ -1,0 +1,156 @@
+"""``agentfly env up / ls / down``: pool servers that rollouts and training connect to."""
+
+from __future__ import annotations
+
+import typer
+
+from agentfly_cli.cli.output import (
+    EXIT_FAILURE,
+    JSON_OPTION,
+    fail,
+    handle_errors,
+    print_json,
+    stderr_console,
+    stdout_console,
+    table,
+)
+
+app = typer.Typer(
+    help="Run env pool servers: `env up NAME`, `env ls`, `env down [NAME]`.",
+    no_args_is_help=True,
+)
+
+
+@app.command("up")
+@handle_errors
+def up(
+    name: str = typer.Argument(..., help="The env to serve (see `agentfly envs list`)."),
+    size: int = typer.Option(None, "--size", min=1, help="Envs kept started (default: 1)."),
+    max_size: int = typer.Option(None, "--max", min=1, help="Most envs at once (default: --size)."),
+    provider: str = typer.Option(
+        "local", "--provider", help="Where envs live: local (the server), process, ray."
+    ),
+    ray_address: str = typer.Option(None, "--ray-address", help="Ray cluster to join."),
+    option: list[str] = typer.Option(
+        [], "--option", "-o", help="KEY=VALUE for the env's factory (repeatable)."
+    ),
+    host: str = typer.Option(
+        None, "--host", help="Listen on TCP at this host (a token is made); default: a unix socket."
+    ),
+    port: int = typer.Option(0, "--port", help="TCP port with --host (0: any free port)."),
+    wait: float = typer.Option(120.0, "--wait", help="Seconds to wait for the warm envs."),
+    foreground: bool = typer.Option(
+        False, "--foreground", help="Serve in this process until Ctrl-C (for service managers)."
+    ),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Start a pool server for NAME with --size warm envs, in the background."""
+    from agentfly_cli.envs.control import ServerStartError, parse_options, start_server
+    from agentfly_cli.envs.providers import PROVIDERS
+    from agentfly_cli.envs.settings import EnvPoolConfig
+    from agentfly_cli.errors import UserError
+
+    if provider not in PROVIDERS:
+        raise UserError(f"--provider {provider!r} is unknown; use one of: {', '.join(PROVIDERS)}")
+    size = size or 1
+    config = EnvPoolConfig(
+        provider=provider,
+        ray_address=ray_address,
+        warm_size=size,
+        pool_max=max_size or size,
+        options=parse_options(option),
+    )
+    if foreground:
+        import asyncio
+
+        from agentfly_cli.envs.control import check_not_running
+        from agentfly_cli.envs.server import run_server
+        from agentfly_cli.plugins import get_plugin_host
+
+        get_plugin_host().components.envs.get(name)
+        check_not_running(name)
+        stderr_console().print(f"serving env '{name}' until Ctrl-C", highlight=False)
+        asyncio.run(run_server(name, config, host=host, port=port))
+        return
+    try:
+        record = start_server(name, config, host=host, port=port, wait=wait)
+    except ServerStartError as exc:
+        stderr_console().print(str(exc), markup=False, highlight=False)
+        raise fail(f"the '{name}' pool server did not start (log above)", EXIT_FAILURE) from None
+    if as_json:
+        print_json(record.public() | ({"token": record.token} if record.token else {}))
+        return
+    out = stdout_console()
+    out.print(
+        f"env '{name}': {record.size} warm env(s), at most {record.pool_max}, "
+        f"provider {record.provider}, pid {record.pid}",
+        highlight=False,
+    )
+    out.print(f"address: {record.address}", highlight=False)
+    use = f"--set envs.{name}.address={name}"
+    if record.token:
+        use = f"--set envs.{name}.address={record.address} --set envs.{name}.token={record.token}"
+    out.print(f"use it: agentfly rollout ... {use}", highlight=False, markup=False)
+
+
+@app.command("ls")
+@handle_errors
+def ls(as_json: bool = JSON_OPTION) -> None:
+    """Show the pool servers and the state of their pools."""
+    from agentfly_cli.envs.control import list_servers
+
+    rows = list_servers()
+    if as_json:
+        print_json(rows)
+        return
+    if not rows:
+        stdout_console().print("no pool servers; start one with `agentfly env up NAME`")
+        return
+    columns = ("name", "status", "provider", "in use", "idle", "max", "waiting", "failed")
+    columns += ("restarts", "pid")
+    cells = []
+    for row in rows:
+        stats = row["stats"]
+        cells.append(
+            (
+                row["name"],
+                row["status"],
+                row["provider"],
+                stats.get("in_use", "-"),
+                stats.get("idle", "-"),
+                row["pool_max"],
+                stats.get("waiting", "-"),
+                stats.get("failed", "-"),
+                stats.get("restarts", "-"),
+                row["pid"],
+            )
+        )
+    out = stdout_console()
+    out.print(table(f"{len(rows)} pool server(s)", columns, cells))
+    for row in rows:
+        out.print(f"{row['name']}: {row['address']}", highlight=False, markup=False)
+
+
+@app.command("down")
+@handle_errors
+def down(
+    name: str = typer.Argument(None, help="The server to stop; default: all of them."),
+    timeout: float = typer.Option(30.0, "--timeout", help="Seconds before SIGKILL."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Stop pool servers: their envs are closed, then they exit."""
+    from agentfly_cli.envs.control import stop_server
+    from agentfly_cli.envs.state import read_records
+
+    names = [name] if name else [record.name for record in read_records()]
+    results = [stop_server(n, timeout) for n in names]
+    if as_json:
+        print_json(results)
+        return
+    if not results:
+        stdout_console().print("no pool servers were running")
+    for result in results:
+        stdout_console().print(
+            f"stopped '{result['name']}' (pid {result['pid']}, {result['stopped_by']})",
+            highlight=False,
+        )

@@ -1,0 +1,188 @@
+"""Start, list and stop pool servers: the library behind ``agentfly env up / ls / down``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from agentfly_cli.envs.remote import server_request
+from agentfly_cli.envs.settings import EnvPoolConfig
+from agentfly_cli.envs.state import (
+    ServerRecord,
+    pid_alive,
+    read_record,
+    read_records,
+    remove_record,
+    state_dir,
+)
+from agentfly_cli.errors import UserError
+
+
+class ServerStartError(RuntimeError):
+    """The pool server process failed to come up; the message holds the end of its log."""
+
+
+def check_not_running(name: str) -> None:
+    record = read_record(name)
+    if record is not None and pid_alive(record.pid):
+        raise UserError(
+            f"a pool server for '{name}' already runs (pid {record.pid}, {record.address}); "
+            f"stop it first with `agentfly env down {name}`"
+        )
+    if record is not None:
+        _forget(record)
+
+
+def start_server(
+    name: str,
+    config: EnvPoolConfig,
+    *,
+    host: str | None = None,
+    port: int = 0,
+    wait: float = 120.0,
+) -> ServerRecord:
+    """Start a pool server in the background and wait until its warm envs are up."""
+    from agentfly_cli.plugins import get_plugin_host
+
+    spec = get_plugin_host().components.envs.get(name)  # unknown names fail here, clearly
+    try:
+        config.pool_settings(spec)
+    except ValueError as exc:
+        raise UserError(f"{exc}; lower --size or raise --max") from None
+    check_not_running(name)
+    log_path = state_dir() / f"{name}.log"
+    command = [sys.executable, "-m", "agentfly_cli.envs.server", name]
+    command += ["--config", config.model_dump_json(exclude_defaults=True)]
+    if host:
+        command += ["--host", host, "--port", str(port)]
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # outlives this command and the terminal's Ctrl-C
+        )
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        record = read_record(name)
+        if record is not None and record.pid == process.pid and record.ready:
+            return record
+        if process.poll() is not None:
+            remove_record(name, pid=process.pid)
+            raise ServerStartError(
+                f"the '{name}' pool server exited with code {process.returncode}:\n"
+                + _log_tail(log_path)
+            )
+        time.sleep(0.05)
+    _terminate(process.pid, grace=5.0)
+    remove_record(name, pid=process.pid)
+    raise ServerStartError(
+        f"the '{name}' pool server was not ready within {wait:g} s (see {log_path}):\n"
+        + _log_tail(log_path)
+    )
+
+
+def list_servers(timeout: float = 3.0) -> list[dict[str, Any]]:
+    """Every recorded server with its live pool state; dead ones are reported and forgotten."""
+    rows = []
+    for record in read_records():
+        row: dict[str, Any] = {**record.public(), "status": "starting", "stats": {}}
+        if not pid_alive(record.pid):
+            row["status"] = "dead"
+            _forget(record)
+        elif record.ready:
+            try:
+                described = asyncio.run(
+                    server_request(record.address, {"op": "stats"}, record.token, timeout)
+                )
+                row["status"] = "ready"
+                row["stats"] = described.get("stats", {})
+                row["provider_info"] = {
+                    k: v for k, v in described.items() if k not in ("stats", "settings")
+                }
+            except Exception as exc:
+                row["status"] = "unresponsive"
+                row["error"] = f"{type(exc).__name__}: {exc}"
+        row["uptime_s"] = round(time.time() - record.started_at, 1)
+        rows.append(row)
+    return rows
+
+
+def stop_server(name: str, timeout: float = 30.0) -> dict[str, Any]:
+    """Ask the server to close its envs and exit; escalate to SIGTERM, then SIGKILL."""
+    record = read_record(name)
+    if record is None:
+        running = ", ".join(r.name for r in read_records()) or "none"
+        raise UserError(f"no pool server named '{name}'; running: {running}")
+    how = "shutdown"
+    if pid_alive(record.pid):
+        try:
+            asyncio.run(server_request(record.address, {"op": "shutdown"}, record.token, 5.0))
+        except Exception:
+            how = "SIGTERM"
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(record.pid, signal.SIGTERM)
+        if not _wait_gone(record.pid, timeout):
+            how = "SIGKILL"
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(record.pid, signal.SIGKILL)
+            _wait_gone(record.pid, 5.0)
+    else:
+        how = "already dead"
+    _forget(record)
+    return {"name": name, "pid": record.pid, "stopped_by": how}
+
+
+def _forget(record: ServerRecord) -> None:
+    remove_record(record.name, pid=record.pid)
+    if record.address.startswith("unix://") and not pid_alive(record.pid):
+        Path(record.address[len("unix://") :]).unlink(missing_ok=True)
+
+
+def _wait_gone(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)  # reap it when it is our child
+        if not pid_alive(pid):
+            return True
+        time.sleep(0.05)
+    return not pid_alive(pid)
+
+
+def _terminate(pid: int, grace: float) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    if not _wait_gone(pid, grace):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _log_tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def parse_options(items: list[str]) -> dict[str, Any]:
+    """``--option key=value`` pairs; values are parsed as JSON where they can be."""
+    options: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UserError(f"--option {item!r}: use KEY=VALUE, e.g. --option memory_mb=512")
+        try:
+            options[key] = json.loads(value)
+        except ValueError:
+            options[key] = value
+    return options
