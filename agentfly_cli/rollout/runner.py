@@ -7,7 +7,6 @@ then run the engine over the tasks.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -158,4 +157,6 @@ async def run_rollout_async(
 
 def run_rollout(run: RolloutRun, **options: Any) -> RolloutResult:
     """Blocking :func:`run_rollout_async`."""
-    return asyncio.run(run_rollout_async(run, **options))
+    from agentfly_cli.shutdown import run_with_clean_shutdown
+
+    return run_with_clean_shutdown(run_rollout_async(run, **options))

@@ -9,7 +9,6 @@ through ``Backend.update_weights``.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import math
@@ -250,7 +249,9 @@ class Trainer:
     def fit(self, stop_after: int | None = None) -> TrainResult:
         """Run the training steps; blocking. ``stop_after`` ends this process's share after
         that many steps, with a checkpoint (for time-sliced jobs): ``resume`` continues."""
-        return asyncio.run(self.fit_async(stop_after))
+        from agentfly_cli.shutdown import run_with_clean_shutdown
+
+        return run_with_clean_shutdown(self.fit_async(stop_after))
 
     async def fit_async(self, stop_after: int | None = None) -> TrainResult:
         from agentfly_cli.train.telemetry import Telemetry
