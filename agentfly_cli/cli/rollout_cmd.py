@@ -143,7 +143,20 @@ def summary_tables(summary: dict[str, Any]) -> list:
     finishes = table(
         "finish reasons", ("reason", "chains"), list(summary["finish_reasons"].items())
     )
-    return [overview, calls, errors, finishes]
+    tables = [overview, calls, errors, finishes]
+    if summary.get("envs"):
+        columns = ("acquired", "released", "restarts", "killed", "failed", "timeouts", "started")
+        tables.append(
+            table(
+                "env pools",
+                ("env", *columns),
+                [
+                    (name, *(stats.get(c, 0) for c in columns))
+                    for name, stats in summary["envs"].items()
+                ],
+            )
+        )
+    return tables
 
 
 def _fmt(value: Any) -> str:
@@ -258,6 +271,8 @@ def run_and_summarize(config, *, quiet: bool):
     run, result = execute(config, quiet=quiet, out=config.out)
     summary = summarize(result.trajectories, result.wall_s)
     summary.update(run.info)
+    if result.envs:
+        summary["envs"] = result.envs
     return result, summary
 
 

@@ -35,6 +35,7 @@ class RolloutResult:
     trajectories: list[Trajectory]
     wall_s: float
     setup_s: float
+    envs: dict[str, dict[str, Any]] = field(default_factory=dict)  # env pool counters, by name
 
 
 def _reward_for(config: RunConfig, host):
@@ -145,6 +146,7 @@ async def run_rollout_async(
     try:
         async with run.engine.backend, run.engine.envs:
             trajectories = await run.engine.run(run.tasks, on_finish=finished)
+            env_stats = run.engine.envs.stats()
     finally:
         if writer is not None:
             writer.close()
@@ -152,7 +154,7 @@ async def run_rollout_async(
         from agentfly_cli.rollout.trajectory import write_trajectories
 
         write_trajectories(out, trajectories)
-    return RolloutResult(trajectories, time.perf_counter() - started, run.setup_s)
+    return RolloutResult(trajectories, time.perf_counter() - started, run.setup_s, env_stats)
 
 
 def run_rollout(run: RolloutRun, **options: Any) -> RolloutResult:
