@@ -1,9 +1,11 @@
 """A pool of envs of one spec: capped, warmed ahead of time, health-checked, reaped, leak-free.
 
-Every env the pool creates is in exactly one place at a time: starting, idle, in use, being
-returned (reset + health check), or closing. The cap counts all of them, so a pool never holds
-more than ``pool_max`` envs, even while a dead one is still being torn down. Waiters queue in
-FIFO order with a deadline; a released env is handed straight to the first waiter.
+Every env the pool creates is in exactly one place at a time: starting, idle, handed to a
+waiter, being reset for its task, in use, being returned (reset + health check), or closing. The
+cap counts all of them (and the slots promised to woken waiters), so a pool never holds more than
+``pool_max`` envs, even while a dead one is still being torn down; a warm replacement waits for
+its slot. Waiters queue in FIFO order with a deadline; a released env is handed straight to the
+first waiter, and a freed slot is promised to it, so a later acquire cannot take it first.
 
 Cancellation is safe everywhere: an acquire cancelled while its env starts kills that env, a
 lease left by an exception or a cancellation kills its env rather than reusing it, and a
@@ -116,9 +118,13 @@ class EnvPool:
         self.options = dict(options or {})
         self._stats = PoolStats()
         self._idle: collections.deque[tuple[EnvHandle, float]] = collections.deque()
+        self._handed: set[EnvHandle] = set()  # given to a waiter that has not taken it yet
+        self._preparing: set[EnvHandle] = set()  # being reset for the acquirer's task
         self._in_use: set[EnvHandle] = set()
         self._returning: set[EnvHandle] = set()
         self._starting = 0
+        self._granted = 0  # free slots promised to woken waiters, not yet starting their env
+        self._rewarm = False  # a warm replacement found the pool full: start it when room frees
         self._closing: set[asyncio.Task] = set()
         self._background: set[asyncio.Task] = set()
         self._waiters: collections.deque[asyncio.Future] = collections.deque()
@@ -146,11 +152,11 @@ class EnvPool:
         if wanted <= 0:
             return 0
         results = await asyncio.gather(
-            *(self._start_one() for _ in range(wanted)), return_exceptions=True
+            *(self._start_warm() for _ in range(wanted)), return_exceptions=True
         )
         started = 0
         for result in results:
-            if isinstance(result, BaseException):
+            if result is None or isinstance(result, BaseException):
                 continue
             started += 1
             self._put_back(result)
@@ -164,16 +170,17 @@ class EnvPool:
         return started
 
     async def close(self) -> None:
-        """Close every env (idle, in use, starting in the background); wake waiters."""
+        """Close every env (idle, in use, starting in the background); wake waiters.
+
+        Safe to call again, also after a cancelled call: it waits for what is still closing.
+        """
         if not self._closed:
             self._closed = True
+            # everything the pool holds is handed to a closing task before the first await, so
+            # that a cancelled close leaves nothing behind
             for task in (self._reaper, *self._background):
                 if task is not None:
                     task.cancel()
-            await asyncio.gather(
-                *(t for t in (self._reaper, *self._background) if t is not None),
-                return_exceptions=True,
-            )
             while self._waiters:
                 waiter = self._waiters.popleft()
                 if not waiter.done():
@@ -181,11 +188,22 @@ class EnvPool:
             while self._idle:
                 handle, _ = self._idle.popleft()
                 self._destroy(handle)
+            for handle in list(self._handed):  # its waiter has not taken it: never acquired
+                self._handed.discard(handle)
+                self._destroy(handle)
             for handle in list(self._in_use):
                 self._in_use.discard(handle)
                 self._stats.abandoned += 1
                 self._destroy(handle)
-        while self._closing or self._returning or self._starting:
+        await asyncio.gather(
+            *(t for t in (self._reaper, *self._background) if t is not None),
+            return_exceptions=True,
+        )
+        # starting, preparing and returning envs are closed by their owners (within their
+        # timeouts); promised slots are given up by their waiters as soon as these run
+        while (
+            self._closing or self._returning or self._preparing or self._starting or self._granted
+        ):
             pending = list(self._closing)
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
@@ -224,22 +242,20 @@ class EnvPool:
         timeout = self.settings.acquire_timeout if timeout is None else timeout
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        handle: EnvHandle | None = None
-        while handle is None:
-            if not self._waiters and self._idle:
-                handle, _ = self._idle.pop()
-                self._in_use.add(handle)
-            elif not self._waiters and self._occupied() < self.settings.pool_max:
-                handle = await self._start_one()
-                self._in_use.add(handle)
-            else:
-                handle = await self._wait(deadline, timeout)  # None: room to start one
-                self._check_open()
-                if handle is None and self._occupied() < self.settings.pool_max:
-                    handle = await self._start_one()
-                    self._in_use.add(handle)
+        if not self._waiters and self._idle:
+            handle, _ = self._idle.pop()
+        elif not self._waiters and self._occupied() < self.settings.pool_max:
+            handle = await self._start_one()
+        else:
+            handle = await self._wait(deadline, timeout)
+            if handle is None:  # a freed slot was promised to us: start an env in it
+                handle = await self._start_one(granted=True)
         if task is not None:
             await self._reset_for(handle, task)
+        if self._closed:  # it closed while the env was reset
+            self._destroy(handle)
+            raise PoolClosed(f"the '{self.name}' env pool was shut down")
+        self._in_use.add(handle)
         self._stats.acquired += 1
         return handle
 
@@ -293,7 +309,8 @@ class EnvPool:
         return snapshot
 
     def live(self) -> int:
-        """Envs that exist now in any state (starting, idle, in use, returning, closing)."""
+        """Envs that exist now in any state (starting, idle, in use, returning, closing), and
+        slots promised to woken waiters: what the cap counts."""
         return self._occupied()
 
     # -- internals -------------------------------------------------------------------------
@@ -304,14 +321,17 @@ class EnvPool:
     def _occupied(self) -> int:
         return (
             self._starting
+            + self._granted
             + len(self._idle)
+            + len(self._handed)
+            + len(self._preparing)
             + len(self._in_use)
             + len(self._returning)
             + len(self._closing)
         )
 
     async def _wait(self, deadline: float, timeout: float) -> EnvHandle | None:
-        """Queue until an env is handed over (returned) or room is made (None)."""
+        """Queue until an env is handed over (returned) or a slot is promised to us (None)."""
         waiter = asyncio.get_running_loop().create_future()
         self._waiters.append(waiter)
         received = False
@@ -319,7 +339,6 @@ class EnvPool:
             async with asyncio.timeout_at(deadline):
                 handle = await waiter
             received = True
-            return handle
         except TimeoutError:
             self._stats.timeouts += 1
             raise AcquireTimeout(
@@ -333,24 +352,41 @@ class EnvPool:
             if not received and waiter.done() and not waiter.cancelled():
                 if waiter.exception() is None:  # handed over just as we timed out or left
                     self._hand_back(waiter.result())
+        if handle is not None:
+            if handle not in self._handed:  # the pool closed and took it back
+                raise PoolClosed(f"the '{self.name}' env pool was shut down")
+            self._handed.discard(handle)
+        return handle
 
     def _hand_back(self, handle: EnvHandle | None) -> None:
-        """Give a handed-over env (or a wake-up) to the next waiter: its receiver left."""
+        """Give a handed-over env (or a promised slot) to the next waiter: its receiver left."""
         if handle is None:
-            self._wake(None)
-        else:
-            self._in_use.discard(handle)
+            self._granted -= 1
+            self._slot_freed()
+        elif handle in self._handed:
+            self._handed.discard(handle)
             self._put_back(handle)
 
     def _wake(self, handle: EnvHandle | None) -> bool:
+        """Hand ``handle`` (or, for None, a free slot) to the first waiter; False: nobody waits."""
         while self._waiters:
             waiter = self._waiters.popleft()
             if not waiter.done():
-                if handle is not None:
-                    self._in_use.add(handle)
+                if handle is None:
+                    self._granted += 1
+                else:
+                    self._handed.add(handle)
                 waiter.set_result(handle)
                 return True
         return False
+
+    def _slot_freed(self) -> None:
+        """One env fewer: its slot goes to the first waiter, or to a warm replacement."""
+        if self._closed:
+            return
+        if not self._wake(None) and self._rewarm:
+            self._rewarm = False
+            self._replenish()
 
     def _put_back(self, handle: EnvHandle) -> None:
         """A clean env: to the first waiter, or idle."""
@@ -359,7 +395,20 @@ class EnvPool:
         elif not self._wake(handle):
             self._idle.append((handle, time.monotonic()))
 
-    async def _start_one(self) -> EnvHandle:
+    async def _start_warm(self) -> EnvHandle | None:
+        """A warm env; None when acquires filled the pool before this task ran."""
+        if self._occupied() >= self.settings.pool_max:
+            return None
+        return await self._start_one()
+
+    async def _start_one(self, *, granted: bool = False) -> EnvHandle:
+        """Start an env in a free slot (``granted``: the slot promised to this waiter).
+
+        The caller checks for room in the same step: nothing awaits before the slot is taken.
+        """
+        if granted:
+            self._granted -= 1
+        self._check_open()
         self._starting += 1
         self._stats.created += 1
         handle: EnvHandle | None = None
@@ -371,7 +420,7 @@ class EnvPool:
             self._stats.failed += 1
             if handle is None:
                 self._stats.closed += 1  # nothing was made, nothing to close
-                self._wake(None)
+                self._slot_freed()
             else:
                 self._destroy(handle)
             if isinstance(exc, TimeoutError):
@@ -392,10 +441,11 @@ class EnvPool:
         return handle
 
     async def _reset_for(self, handle: EnvHandle, task: Mapping[str, Any]) -> None:
+        self._preparing.add(handle)
         try:
             await asyncio.wait_for(handle.reset(task), self.settings.reset_timeout)
         except BaseException as exc:
-            self._in_use.discard(handle)
+            self._preparing.discard(handle)
             self._stats.failed += 1
             self._destroy(handle)
             self._replenish()
@@ -408,6 +458,7 @@ class EnvPool:
                     f"env '{self.name}' failed to reset for its task: {type(exc).__name__}: {exc}"
                 ) from exc
             raise
+        self._preparing.discard(handle)
 
     def _destroy(self, handle: EnvHandle) -> None:
         """Close ``handle`` in the background (killed if closing fails or takes too long)."""
@@ -425,20 +476,29 @@ class EnvPool:
     def _closed_one(self, task: asyncio.Task) -> None:
         self._closing.discard(task)
         self._stats.closed += 1
-        if not self._closed:
-            self._wake(None)
+        self._slot_freed()
+
+    def _warm_missing(self) -> int:
+        """How many envs short of ``warm_size`` the pool is, not counting those closing."""
+        return self.settings.warm_size - (self._occupied() - len(self._closing))
 
     def _replenish(self) -> None:
         """Start envs in the background to keep ``warm_size`` of them alive."""
         if self._closed:
             return
-        missing = self.settings.warm_size - (self._occupied() - len(self._closing))
-        for _ in range(max(0, missing)):
+        for _ in range(max(0, self._warm_missing())):
             task = asyncio.get_running_loop().create_task(self._warm_one())
             self._background.add(task)
             task.add_done_callback(self._background.discard)
 
     async def _warm_one(self) -> None:
+        # checked when the task runs, in the step that takes the slot: others may have filled
+        # the pool since it was made, and a dying env still holds its slot until it is closed
+        if self._closed or self._warm_missing() <= 0:
+            return
+        if self._occupied() >= self.settings.pool_max:
+            self._rewarm = True  # the next freed slot that no waiter takes starts it
+            return
         try:
             handle = await self._start_one()
         except EnvPoolError as exc:

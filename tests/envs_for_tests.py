@@ -1,0 +1,72 @@
+"""Env classes for the pool tests that must be importable by a child process (module level).
+
+The subprocess provider pickles an env's factory by reference, so the child imports this module
+(``tests`` is a package and the child gets the parent's ``sys.path``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from agentfly_cli.envs.base import BaseEnv
+
+
+class ProcEnv(BaseEnv):
+    """A counter env with ways to fail. Actions of ``step``:
+
+    ``"inc"`` adds one and returns the count; ``"pid"`` returns the process id; ``"crash"`` exits
+    the process with code 3; ``"hang"`` never returns; ``"lookup"`` raises LookupError;
+    ``"custom"`` raises an exception type that is not a built-in.
+    """
+
+    def __init__(self, start_delay: float = 0.0, hang_start: bool = False) -> None:
+        self.start_delay = start_delay
+        self.hang_start = hang_start
+        self.count = 0
+        self.sick = False
+
+    async def start(self) -> None:
+        if self.hang_start:
+            await asyncio.sleep(3600)
+        if self.start_delay:
+            await asyncio.sleep(self.start_delay)
+
+    async def reset(self, task: Mapping[str, Any] | None = None) -> Any:
+        self.count = 0
+        if task and task.get("crash_on_reset"):
+            os._exit(4)
+        return os.getpid()
+
+    async def step(self, action: Any) -> Any:
+        if action == "inc":
+            self.count += 1
+            return self.count
+        if action == "pid":
+            return os.getpid()
+        if action == "crash":
+            os._exit(3)
+        if action == "hang":
+            await asyncio.sleep(3600)
+        if action == "lookup":
+            raise LookupError("no note named 'zz'")
+        if action == "custom":
+            raise CustomEnvError("something env-specific")
+        if action == "sicken":
+            self.sick = True
+            return "sick"
+        raise ValueError(f"unknown action {action!r}")
+
+    async def healthy(self) -> bool:
+        return not self.sick
+
+
+class CustomEnvError(Exception):
+    """An exception type that exists only in this module."""
+
+
+def make_proc_env(**options: Any) -> ProcEnv:
+    """A module-level factory function (picklable by reference)."""
+    return ProcEnv(**options)
