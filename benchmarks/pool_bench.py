@@ -130,13 +130,19 @@ async def bench_local(cycles: int) -> dict:
 async def bench_provider(name: str, cycles: int, starts: int, **settings) -> dict:
     provider = make_provider(name, **settings)
     try:
+        [first] = await cold_starts(provider, 1)  # includes connecting (ray.init) and imports
         cold = summary(await cold_starts(provider, starts))
     finally:
         await provider.shutdown()
     async with make_pool(name, **settings) as pool:
         cycle = summary(await pool_cycles(pool, cycles))
         step = summary(await step_times(pool, cycles))
-    return {"cold_start": cold, "acquire_release": cycle, "step": step}
+    return {
+        "first_start_s": round(first, 3),
+        "cold_start": cold,
+        "acquire_release": cycle,
+        "step": step,
+    }
 
 
 async def bench_server(cycles: int) -> dict:
@@ -181,7 +187,7 @@ async def bench_python(cells: int) -> dict:
     try:
         await env.step({"code": "x = 1"})
         runs = await timed(cells, lambda: env.step({"code": "x += 1"}))
-        isolation = getattr(env, "isolation", None)
+        isolation = env.mode  # "bwrap", or "none" for the rlimit-only fallback
     finally:
         await env.close()
     return {"cold_start": summary(starts), "cell": summary(runs), "isolation": isolation}
