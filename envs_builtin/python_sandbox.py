@@ -92,7 +92,7 @@ def bwrap_problem(bwrap: str | None = None) -> str | None:
         return "bubblewrap is not installed (apt-get install bubblewrap)"
     try:
         command = [*bwrap_command(path, 1), "/usr/bin/true"]
-        done = subprocess.run(command, capture_output=True, timeout=30, **_drop_root())
+        done = subprocess.run(_as_nobody(command), capture_output=True, timeout=30, **_drop_root())
     except (OSError, subprocess.SubprocessError) as exc:
         return f"{path}: {exc}"
     if done.returncode:
@@ -101,8 +101,23 @@ def bwrap_problem(bwrap: str | None = None) -> str | None:
 
 
 def _drop_root() -> dict[str, Any]:
-    """Subprocess arguments that start a child as nobody when we are root."""
-    return {"user": NOBODY, "group": NOBODY, "extra_groups": []} if os.geteuid() == 0 else {}
+    """Subprocess arguments that start a child as nobody when we are root and ``setpriv`` is
+    missing (uvloop, which Ray's async actors run on, does not take these arguments)."""
+    if os.geteuid() != 0 or _setpriv():
+        return {}
+    return {"user": NOBODY, "group": NOBODY, "extra_groups": []}
+
+
+def _as_nobody(command: list[str]) -> list[str]:
+    """``command``, prefixed to run as nobody when we are root (util-linux ``setpriv``)."""
+    setpriv = _setpriv() if os.geteuid() == 0 else None
+    if not setpriv:
+        return command
+    return [setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--", *command]
+
+
+def _setpriv() -> str | None:
+    return shutil.which("setpriv")
 
 
 def _first_child(pid: int | None) -> int | None:
@@ -190,7 +205,7 @@ class _Interpreter:
     @classmethod
     async def spawn(cls, launch: _Launch, config: dict, timeout: float, output_bytes: int):
         answer_r, answer_w = os.pipe()
-        argv = [*launch.command, "-I", "-c", STUB, REPL_SOURCE.read_text()]
+        argv = _as_nobody([*launch.command, "-I", "-c", STUB, REPL_SOURCE.read_text()])
         argv.append(json.dumps({**config, "answer_fd": answer_w}))
         answers = asyncio.StreamReader(limit=ANSWER_LIMIT)
         try:

@@ -195,3 +195,21 @@ def test_factory_not_importable_on_workers(ray_instance, tmp_path, monkeypatch):
         await handle.kill()
 
     asyncio.run(go())
+
+
+def test_the_python_sandbox_runs_in_an_actor_with_its_state(ray_instance):
+    """Ray's async actors run on uvloop, whose subprocesses take no user/group arguments."""
+    from envs_builtin.python_sandbox import PYTHON
+
+    async def go():
+        provider = RayProvider()
+        handle = await provider.create(PYTHON.model_copy(update={"resources": {"cpu": 0}}), {})
+        try:
+            await handle.start()
+            await handle.reset({})
+            assert await handle.env.step({"code": "x = 20"}) == "(no output)"
+            assert (await handle.env.step({"code": "x + 1"})).strip() == "21"
+        finally:
+            await handle.close()
+
+    asyncio.run(go())
