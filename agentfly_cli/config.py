@@ -117,13 +117,16 @@ def _format_error(error: ValidationError, source: str) -> str:
 def _allowed_keys(path: tuple) -> list[str]:
     """The field names of the section at ``path`` (a pydantic error location)."""
     model: Any = RunConfig
+    keyed = False  # the previous part was a dict of models: this part is one of its keys
     for part in path:
-        if isinstance(part, int):
-            continue  # an item of a list: same model as the list's
+        if isinstance(part, int) or keyed:
+            keyed = False
+            continue  # an item of a list or a dict: same model as the container's
         field = getattr(model, "model_fields", {}).get(part)
         if field is None:
             return []
         annotation = field.annotation
+        keyed = typing.get_origin(annotation) is dict
         candidates = [annotation, *typing.get_args(annotation)]
         models = [c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)]
         model = models[0] if models else None

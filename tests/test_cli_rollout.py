@@ -145,6 +145,9 @@ def test_recipe_with_overrides(tiny_model, files):
     [
         (["--set", "rollout.nn=3"], "rollout.nn: unknown key; did you mean 'n'?"),
         (["--set", "rollout.n=0"], "rollout.n"),
+        (["--set", "envs.python.poolmax=3"], "envs.python.poolmax: unknown key; did you mean"),
+        (["--set", "envs.python.pool_max=3"], "no tool of this run uses an env named 'python'"),
+        (["--set", "envs.python.provider=docker"], "envs.python.provider"),
         (["--set", "oops"], "expected KEY=VALUE"),
         (["--backend", "nosuch"], "unknown backend 'nosuch'"),
         (["--reward", "nosuch"], "unknown reward 'nosuch'"),

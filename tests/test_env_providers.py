@@ -430,3 +430,11 @@ def test_the_env_process_dies_with_its_parent(tmp_path):
     finally:
         if _alive(child):  # do not leave it behind when the test fails
             os.kill(child, 9)
+
+
+def test_manager_rejects_options_its_env_factory_does_not_take():
+    from envs_builtin.python_sandbox import PYTHON
+
+    with pytest.raises(UserError, match=r"envs.python.options: .*'memory_gb'.*takes: .*memory_mb"):
+        ResourceManager({"python": PYTHON}, {"python": EnvPoolConfig(options={"memory_gb": 3})})
+    ResourceManager({"python": PYTHON}, {"python": EnvPoolConfig(options={"memory_mb": 300})})

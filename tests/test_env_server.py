@@ -239,6 +239,9 @@ def test_env_commands_reject_bad_input_with_one_line(state_dir):
     assert too_big.exit_code == 2 and "warm_size (3) exceeds pool_max (2)" in too_big.output
     bad_option = _cli("env", "up", "scratchpad", "--option", "oops")
     assert bad_option.exit_code == 2 and "KEY=VALUE" in bad_option.output
+    unknown_option = _cli("env", "up", "python", "--option", "memory_gb=3")
+    assert unknown_option.exit_code == 2
+    assert "'memory_gb'" in unknown_option.output and "memory_mb" in unknown_option.output
     assert "Traceback" not in unknown_env.output + too_big.output
 
 

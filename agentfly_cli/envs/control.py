@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agentfly_cli.envs.manager import check_options
 from agentfly_cli.envs.remote import server_request
 from agentfly_cli.envs.settings import EnvPoolConfig
 from agentfly_cli.envs.state import (
@@ -57,6 +58,7 @@ def start_server(
         config.pool_settings(spec)
     except ValueError as exc:
         raise UserError(f"{exc}; lower --size or raise --max") from None
+    check_options(spec, config.options)
     check_not_running(name)
     log_path = state_dir() / f"{name}.log"
     command = [sys.executable, "-m", "agentfly_cli.envs.server", name]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -36,11 +37,12 @@ class ResourceManager:
         self._providers: dict[tuple[str, str | None], EnvProvider] = {}
         self._lock = asyncio.Lock()
         self._started = False
-        for name, spec in self.specs.items():  # bad sizes are config errors, found up front
+        for name, spec in self.specs.items():  # bad sizes and options: found up front
             try:
                 self.configs[name].pool_settings(spec)
             except ValueError as exc:
                 raise UserError(f"envs.{name}: {exc}; lower warm_size or raise pool_max") from None
+            check_options(spec, self.configs[name].options)
 
     @property
     def started(self) -> bool:
@@ -123,3 +125,25 @@ class ResourceManager:
             settings = {"address": config.ray_address} if config.provider == "ray" else {}
             provider = self._providers[key] = make_provider(config.provider, **settings)
         return EnvPool(spec, provider, config.pool_settings(spec), config.options)
+
+
+def check_options(spec: EnvSpec, options: Mapping[str, Any]) -> None:
+    """``envs.<name>.options`` must fit the factory's keyword arguments."""
+    if not options:
+        return
+    try:
+        signature = inspect.signature(spec.factory)
+    except (TypeError, ValueError):
+        return  # a builtin or C factory: its own error will tell
+    try:
+        signature.bind(**options)
+    except TypeError as exc:
+        accepted = [
+            p.name
+            for p in signature.parameters.values()
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        ]
+        raise UserError(
+            f"envs.{spec.name}.options: {exc}; env '{spec.name}' takes: "
+            f"{', '.join(accepted) or 'no options'}"
+        ) from None
