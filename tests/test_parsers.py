@@ -268,6 +268,25 @@ def test_line_protocol_empty_command_is_an_error():
     assert "CALC: <expression> or SEARCH: <query> or ANSWER: <answer>" in parsed.errors[0].message
 
 
+def test_line_protocol_commands_without_a_value():
+    options = {
+        "commands": {
+            "MOVE": {"tool": "move", "argument": "move"},
+            "MOVES": {"tool": "legal_moves", "argument": None},
+            "BOARD": {"tool": "board", "argument": None},
+        }
+    }
+    line = get_parser("line", options)
+    parsed = line.parse("Let me look.\nBOARD\n  MOVES:  \nMOVE: e2e4\nBOARDS\nboard")
+    assert calls(parsed) == [("board", {}), ("legal_moves", {}), ("move", {"move": "e2e4"})]
+    assert parsed.content == "Let me look.\nBOARDS\nboard" and not parsed.errors
+    assert line.expected == "Write one command per line: MOVE: <move> or MOVES or BOARD."
+    parsed = line.parse("BOARD: please\nMOVE")
+    assert parsed.calls == [] and [e.raw for e in parsed.errors] == ["BOARD: please"]
+    assert "'BOARD' takes no value" in parsed.errors[0].message
+    assert parsed.content == "MOVE"  # a command with a value needs its 'MOVE:'
+
+
 @pytest.mark.parametrize(
     "options, problem",
     [

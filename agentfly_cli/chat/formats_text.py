@@ -103,11 +103,23 @@ def _react_arguments(text: str) -> dict | str:
 
 @dataclass(frozen=True)
 class LineCommand:
-    """``PREFIX: value`` calls ``tool`` with ``{argument: value}``; no tool sets the answer."""
+    """``PREFIX: value`` calls ``tool`` with ``{argument: value}``; no tool sets the answer; a
+    tool without an argument is a command without a value (``PREFIX`` alone calls it with ``{}``).
+    """
 
     prefix: str
     tool: str | None
     argument: str | None
+
+    @property
+    def takes_no_value(self) -> bool:
+        return self.tool is not None and self.argument is None
+
+    def matches(self, line: str) -> bool:
+        """Whether a stripped line is this command."""
+        if line.startswith(self.prefix + ":"):
+            return True
+        return self.takes_no_value and line == self.prefix
 
 
 _EXAMPLE = (
@@ -123,13 +135,17 @@ def _option_error(problem: str) -> UserError:
 class LineParser(BaseParser):
     """A line protocol defined by options: a line ``CALC: 2 + 3`` (prefix case-sensitive, at the
     start of the line, leading whitespace allowed) calls the command's tool with the rest of the
-    line as its one argument. A command whose tool is null sets the answer instead."""
+    line as its one argument. A command whose tool is null sets the answer instead; one whose
+    argument is null takes no value: ``BOARD`` (or ``BOARD:``) alone on its line calls it."""
 
     name = "line"
 
     def __init__(self, commands: list[LineCommand]) -> None:
         self.commands = commands
-        forms = [f"{c.prefix}: <{c.argument or 'answer'}>" for c in commands]
+        forms = [
+            c.prefix if c.takes_no_value else f"{c.prefix}: <{c.argument or 'answer'}>"
+            for c in commands
+        ]
         self.expected = "Write one command per line: " + " or ".join(forms) + "."
 
     @classmethod
@@ -151,12 +167,18 @@ class LineParser(BaseParser):
         answer: str | None = None
         for line in body.splitlines():
             stripped = line.strip()
-            command = next((c for c in self.commands if stripped.startswith(c.prefix + ":")), None)
+            command = next((c for c in self.commands if c.matches(stripped)), None)
             if command is None:
                 content.append(line)
                 continue
             value = stripped[len(command.prefix) + 1 :].strip()
-            if not value:
+            if command.takes_no_value:
+                if value:
+                    problem = f"'{command.prefix}' takes no value; write it alone on its line."
+                    errors.append(ParseError(f"{problem} {self.expected}", stripped))
+                else:
+                    calls.append(ToolCall(command.tool, {}, raw=stripped))
+            elif not value:
                 errors.append(
                     ParseError(
                         f"'{command.prefix}:' needs a value on the same line. {self.expected}",
@@ -187,8 +209,11 @@ def _command(prefix: Any, spec: Any) -> LineCommand:
         return LineCommand(prefix, None, None)
     if not isinstance(tool, str) or not tool.strip():
         raise _option_error(f"command {prefix!r}: 'tool' must be a tool name or null")
+    if "argument" in spec and argument is None:
+        return LineCommand(prefix, tool.strip(), None)  # a command without a value
     if not isinstance(argument, str) or not argument.strip():
         raise _option_error(
-            f"command {prefix!r} needs 'argument': the tool argument that receives the line"
+            f"command {prefix!r} needs 'argument': the tool argument that receives the line "
+            "(argument: null for a command without a value)"
         )
     return LineCommand(prefix, tool.strip(), argument.strip())
