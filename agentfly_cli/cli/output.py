@@ -88,11 +88,21 @@ def handle_errors(command: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+WRAPPING_COLUMNS = frozenset(
+    {"description", "arguments", "dataset fields", "path", "flags", "tools", "hooks", "error"}
+)
+
+
 def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> Table:
-    """A Rich table; cells are escaped so that user text never becomes markup."""
+    """A Rich table; cells are escaped so that user text never becomes markup.
+
+    Free-text columns (description, arguments, ...) wrap at words when the terminal is narrow;
+    the others (names, plugins, flags, numbers) stay on one line so they can be read and copied.
+    """
     result = Table(title=title, title_justify="left", header_style="bold", expand=False)
-    for index, column in enumerate(columns):
-        result.add_column(column, overflow="fold", no_wrap=index == 0)
+    for column in columns:
+        wraps = column in WRAPPING_COLUMNS
+        result.add_column(column, overflow="fold", no_wrap=not wraps, ratio=1 if wraps else None)
     for row in rows:
         result.add_row(*(escape("" if cell is None else str(cell)) for cell in row))
     return result
