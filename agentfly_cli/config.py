@@ -40,6 +40,9 @@ class RewardComponent(BaseModel):
 
     name: str
     weight: float = 1.0
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="settings of a configurable reward (e.g. llm_judge)"
+    )
 
 
 class ChatConfig(BaseModel):

@@ -68,12 +68,31 @@ def _registered(host: PluginHost, kind: str, name: str) -> Any:
         ) from None
 
 
+def resolve_tools(spec: str, host: PluginHost | None = None) -> list:
+    """The tools of one ``tools:`` entry: one tool, or every tool of an ``mcp:`` server."""
+    from agentfly_cli.mcp_bridge import is_mcp_spec, mcp_tools
+
+    if is_mcp_spec(spec):
+        return mcp_tools(spec)
+    return [resolve_tool(spec, host)]
+
+
 def resolve_tool(spec: str, host: PluginHost | None = None):
-    """A registered tool by name, or a ``module:attr`` / ``file.py:attr`` tool or function."""
+    """A registered tool by name, a ``module:attr`` / ``file.py:attr`` tool or function, or
+    the one tool of an ``mcp:...#tool`` entry."""
+    from agentfly_cli.mcp_bridge import is_mcp_spec, mcp_tools
     from agentfly_cli.rewards import Reward
     from agentfly_cli.tools import Tool
 
     host = host or get_plugin_host()
+    if is_mcp_spec(spec):
+        tools = mcp_tools(spec)
+        if len(tools) > 1:
+            names = ", ".join(t.name for t in tools)
+            raise UserError(
+                f"{spec!r} offers {len(tools)} tools ({names}); pick one with '{spec}#NAME'"
+            )
+        return tools[0]
     if ":" not in spec:
         return _registered(host, "tools", spec)
     value = load_object(spec)

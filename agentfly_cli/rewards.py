@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from agentfly_cli import settings
-from agentfly_cli.errors import RewardError
+from agentfly_cli.errors import RewardError, UserError
 from agentfly_cli.execution import call_with_timeout, is_async_callable
 
 __all__ = ["CombinedReward", "Reward", "RewardDefinitionError", "RewardResult", "reward"]
@@ -121,6 +121,19 @@ class Reward:
         renamed = copy.copy(self)
         renamed.name = _checked_reward_name(name)
         return renamed
+
+    def with_options(self, options: Mapping[str, Any]) -> Reward:
+        """This reward configured by a config's ``reward: [{name, options}]``.
+
+        A plain reward takes no options; configurable ones (``llm_judge``) override this and
+        return a configured copy. Bad options are a one-line :class:`UserError`.
+        """
+        if options:
+            raise UserError(
+                f"reward '{self.name}' takes no options (got: {', '.join(map(str, options))}); "
+                "remove them"
+            )
+        return self
 
     @property
     def fields(self) -> list[str]:

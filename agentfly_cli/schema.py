@@ -33,6 +33,11 @@ class ArgumentsSpec:
     description: str
     field_to_argument: dict[str, str]
 
+    def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """The call's keyword arguments; raises :class:`pydantic.ValidationError`."""
+        validated = self.model.model_validate(arguments)
+        return {self.field_to_argument[name]: value for name, value in validated.__dict__.items()}
+
 
 def describe_function(
     func: Callable[..., Any], *, skip: Iterable[str] = (), label: str | None = None
@@ -177,3 +182,78 @@ def format_validation_error(tool_name: str, error: pydantic.ValidationError) -> 
                 value = value[:57] + "..."
             problems.append(f"argument '{path}': {item.get('msg', 'invalid value')} (got {value})")
     return f"invalid arguments for tool '{tool_name}': " + "; ".join(problems)
+
+
+class JsonSchemaArguments:
+    """The arguments of a tool described by a JSON Schema (an MCP server's tool, say).
+
+    Arguments are checked with ``jsonschema``; errors come out as the same
+    :class:`pydantic.ValidationError` lines as a function tool's. Unknown arguments are refused
+    unless the schema allows them, and numbers or booleans sent as strings (``"3"``, ``"true"``)
+    are converted, as pydantic does for function tools.
+    """
+
+    def __init__(self, schema: dict[str, Any], *, label: str, description: str = "") -> None:
+        from jsonschema import Draft202012Validator, validators
+        from jsonschema.exceptions import SchemaError
+
+        if not isinstance(schema, dict) or schema.get("type", "object") != "object":
+            raise ToolDefinitionError(f"tool '{label}': its input schema is not an object schema")
+        parameters = clean_schema(schema)
+        parameters["type"] = "object"
+        if "properties" in parameters:  # a schema that lists its arguments takes no others
+            parameters.setdefault("additionalProperties", False)
+        parameters.setdefault("properties", {})
+        cls = validators.validator_for(parameters, default=Draft202012Validator)
+        try:
+            cls.check_schema(parameters)
+        except SchemaError as exc:
+            raise ToolDefinitionError(
+                f"tool '{label}': its input schema is not valid JSON Schema ({exc.message})"
+            ) from None
+        self.label = label
+        self.parameters = parameters
+        self.description = description
+        self._validator = cls(parameters)
+
+    def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """The arguments, checked and converted; raises :class:`pydantic.ValidationError`."""
+        from pydantic_core import PydanticCustomError
+
+        arguments = self._convert(dict(arguments))
+        properties = self.parameters["properties"]
+        problems: list[Any] = []
+        for error in self._validator.iter_errors(arguments):
+            path = tuple(error.absolute_path)
+            if not path and error.validator == "required":
+                missing = [n for n in error.validator_value if n not in arguments]
+                problems += [{"type": "missing", "loc": (n,), "input": arguments} for n in missing]
+            elif not path and error.validator == "additionalProperties":
+                extra = [n for n in arguments if n not in properties]
+                problems += [
+                    {"type": "extra_forbidden", "loc": (n,), "input": arguments[n]} for n in extra
+                ]
+            else:
+                message = PydanticCustomError(
+                    "json_schema", "{message}", {"message": error.message}
+                )
+                problems.append(
+                    {"type": message, "loc": path or ("(arguments)",), "input": error.instance}
+                )
+        if problems:
+            raise pydantic.ValidationError.from_exception_data(self.label, problems)
+        return arguments
+
+    def _convert(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        for name, value in arguments.items():
+            kind = self.parameters["properties"].get(name, {}).get("type")
+            if not isinstance(value, str) or kind not in ("integer", "number", "boolean"):
+                continue
+            text = value.strip()
+            if kind == "boolean" and text.lower() in ("true", "false"):
+                arguments[name] = text.lower() == "true"
+            elif kind == "integer" and re.fullmatch(r"[-+]?\d+", text):
+                arguments[name] = int(text)
+            elif kind == "number" and re.fullmatch(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?", text):
+                arguments[name] = float(text) if any(c in text for c in ".eE") else int(text)
+        return arguments

@@ -27,6 +27,7 @@ from agentfly_cli import settings
 from agentfly_cli.execution import call_with_timeout, is_async_callable
 from agentfly_cli.schema import (
     ArgumentsSpec,
+    JsonSchemaArguments,
     ToolDefinitionError,
     describe_function,
     format_validation_error,
@@ -117,7 +118,12 @@ class Tool:
         env: str | None = None,
         timeout: float | None | Default = "default",
         max_observation_chars: int | None | Default = "default",
+        arguments: ArgumentsSpec | JsonSchemaArguments | None = None,
+        env_spec: Any = None,
     ) -> None:
+        """``arguments``: a ready argument spec (e.g. from a JSON Schema) instead of one read
+        from ``func``'s signature. ``env_spec``: the :class:`~agentfly_cli.envs.base.EnvSpec`
+        of ``env`` when the tool brings its own (MCP tools do) rather than a registered one."""
         if not callable(func):
             raise ToolDefinitionError(f"@tool needs a function, got {type(func).__name__}")
         self.func = func
@@ -138,6 +144,7 @@ class Tool:
         )
         self.terminal = terminal
         self.env = env
+        self.env_spec = env_spec
         try:
             parameters = list(inspect.signature(func).parameters)
         except (TypeError, ValueError) as exc:
@@ -151,7 +158,11 @@ class Tool:
                     "parameter to receive it"
                 )
             skip.add(ENV_PARAMETER)
-        self._arguments: ArgumentsSpec = describe_function(func, skip=skip, label=self.name)
+        self._arguments: ArgumentsSpec | JsonSchemaArguments = (
+            arguments
+            if arguments is not None
+            else describe_function(func, skip=skip, label=self.name)
+        )
         self.description = description or self._arguments.description or self.name
         self._is_async = is_async_callable(func)
         self._instance: Any = None
@@ -278,17 +289,13 @@ class Tool:
                 ToolErrorKind.INVALID_ARGUMENTS,
             )
         try:
-            validated = self._arguments.model.model_validate(dict(arguments))
+            call_arguments = self._arguments.validate(dict(arguments))
         except pydantic.ValidationError as exc:
             expected = self.signature_text() or "no arguments"
             return ToolResult.error(
                 f"{format_validation_error(self.name, exc)}; expected: {expected}",
                 ToolErrorKind.INVALID_ARGUMENTS,
             )
-        call_arguments = {
-            self._arguments.field_to_argument[field_name]: value
-            for field_name, value in validated.__dict__.items()
-        }
         if self.env is not None:
             if env is None:
                 return ToolResult.error(

@@ -67,10 +67,19 @@ def call_reward(
     fields: str = typer.Option(
         "{}", "--fields", "-f", help='Dataset fields as a JSON object, e.g. \'{"answer": "42"}\'.'
     ),
+    options: str = typer.Option(
+        "{}", "--options", "-o", help="A configurable reward's options (JSON), e.g. llm_judge's."
+    ),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Score one answer against dataset fields (exit 1 if the reward fails, 2 on bad input)."""
-    component = resolve_reward(name)
+    try:
+        settings = json.loads(options)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"--options is not valid JSON ({exc.msg} at position {exc.pos})") from None
+    if not isinstance(settings, dict):
+        raise UserError('--options must be a JSON object like \'{"base_url": "..."}\'')
+    component = resolve_reward(name).with_options(settings)
     try:
         row = json.loads(fields)
     except json.JSONDecodeError as exc:

@@ -23,7 +23,7 @@ from agentfly_cli.cli.output import (
     table,
 )
 from agentfly_cli.errors import UserError
-from agentfly_cli.loading import resolve_tool
+from agentfly_cli.loading import resolve_tool, resolve_tools
 from agentfly_cli.tools import Tool, ToolErrorKind, ToolResult
 
 app = typer.Typer(help="List, inspect and call tools.", no_args_is_help=True)
@@ -82,28 +82,36 @@ def list_tools(as_json: bool = JSON_OPTION) -> None:
 @app.command("show")
 @handle_errors
 def show_tool(
-    name: str = typer.Argument(..., help="Tool name, or module:attr / file.py:attr."),
+    name: str = typer.Argument(
+        ..., help="Tool name, module:attr / file.py:attr, or mcp:<command or URL>."
+    ),
     as_json: bool = JSON_OPTION,
 ) -> None:
-    """Show a tool's OpenAI function-calling schema."""
-    component = resolve_tool(name)
+    """Show a tool's OpenAI function-calling schema (every tool of an MCP server)."""
+    components = resolve_tools(name)
     if as_json:
-        print_json(component.schema)
+        from agentfly_cli.mcp_bridge import is_mcp_spec, parse_target
+
+        server = is_mcp_spec(name) and parse_target(name).select is None  # a list, always
+        print_json([c.schema for c in components] if server else components[0].schema)
         return
     console = stdout_console()
-    flags = [f"timeout {component.timeout:g} s" if component.timeout else "no timeout"]
-    if component.terminal:
-        flags.append("terminal: a call ends the episode")
-    if component.env:
-        flags.append(f"needs env '{component.env}'")
-    console.print(f"[bold]{component.name}[/bold]  ({'; '.join(flags)})", highlight=False)
-    console.print(JSON(json.dumps(component.schema)))
+    for component in components:
+        flags = [f"timeout {component.timeout:g} s" if component.timeout else "no timeout"]
+        if component.terminal:
+            flags.append("terminal: a call ends the episode")
+        if component.env:
+            flags.append(f"needs env '{component.env}'")
+        console.print(f"[bold]{component.name}[/bold]  ({'; '.join(flags)})", highlight=False)
+        console.print(JSON(json.dumps(component.schema)))
 
 
 @app.command("call")
 @handle_errors
 def call_tool(
-    name: str = typer.Argument(..., help="Tool name, or module:attr / file.py:attr."),
+    name: str = typer.Argument(
+        ..., help="Tool name, module:attr / file.py:attr, or mcp:<command or URL>#<tool>."
+    ),
     args: str = typer.Option("{}", "--args", "-a", help="Arguments as a JSON object."),
     task: str = typer.Option(
         "{}", "--task", help="For env tools: the task (JSON object) the env is reset with."
@@ -157,6 +165,6 @@ async def _call(
     from agentfly_cli.envs.base import standalone_env
     from agentfly_cli.plugins import get_plugin_host
 
-    spec = get_plugin_host().components.envs.get(component.env)
+    spec = component.env_spec or get_plugin_host().components.envs.get(component.env)
     async with standalone_env(spec, task) as env:
         return await component.invoke(arguments, env=env, **override)

@@ -44,10 +44,29 @@ def _reward_for(config: RunConfig, host):
 
     if not config.reward:
         return None
-    parts = [(resolve_reward(c.name, host), c.weight) for c in config.reward]
+    parts = [
+        (resolve_reward(c.name, host).with_options(c.options), c.weight) for c in config.reward
+    ]
     if len(parts) == 1 and parts[0][1] == 1.0:
         return parts[0][0]
     return CombinedReward(parts)
+
+
+def _tools_for(config: RunConfig, host) -> list:
+    """Every entry's tools (an ``mcp:`` entry gives several); a name given twice is an error."""
+    from agentfly_cli.loading import resolve_tools
+
+    tools, source = [], {}
+    for entry in config.tools:
+        for tool in resolve_tools(entry, host):
+            if tool.name in source:
+                raise UserError(
+                    f"tools: the name '{tool.name}' is given by both '{source[tool.name]}' and "
+                    f"'{entry}'; list it once (or prefix an MCP server's tools: mcp[p]:...)"
+                )
+            source[tool.name] = entry
+            tools.append(tool)
+    return tools
 
 
 def build_rollout(config: RunConfig, backend_factory: Callable | None = None) -> RolloutRun:
@@ -59,7 +78,6 @@ def build_rollout(config: RunConfig, backend_factory: Callable | None = None) ->
     started = time.perf_counter()
     from agentfly_cli.chat.parsers import get_parser
     from agentfly_cli.chat.templates import ChatTemplate
-    from agentfly_cli.loading import resolve_tool
     from agentfly_cli.models import resolve_model
     from agentfly_cli.plugins import get_plugin_host
     from agentfly_cli.rollout.tasks import load_tasks
@@ -70,7 +88,7 @@ def build_rollout(config: RunConfig, backend_factory: Callable | None = None) ->
     if not config.data.path:
         raise UserError("no data: pass --data FILE.jsonl (or set data.path in the config)")
     tasks = load_tasks(config.data.path, config.data.limit)
-    tools = [resolve_tool(name, host) for name in config.tools]
+    tools = _tools_for(config, host)
     reward = _reward_for(config, host)
     if reward is not None:
         missing = sorted(set(getattr(reward, "fields", [])) - set(tasks[0]))
@@ -79,7 +97,10 @@ def build_rollout(config: RunConfig, backend_factory: Callable | None = None) ->
                 f"reward needs the data field(s) {', '.join(missing)}, which "
                 f"{config.data.path} lacks; add them to every row or pick another reward"
             )
-    env_specs = {t.env: host.components.envs.get(t.env) for t in tools if t.env}
+    env_specs = {}
+    for t in tools:  # a tool may bring its own env spec (MCP tools do); else the registry's
+        if t.env and t.env not in env_specs:
+            env_specs[t.env] = t.env_spec or host.components.envs.get(t.env)
     for name in config.envs:
         if name not in env_specs:
             used = ", ".join(sorted(env_specs)) or "none"

@@ -43,25 +43,149 @@ class ServerError(BackendUnavailableError):
         self.status = status
 
 
+class OpenAIHTTP:
+    """The HTTP side of an OpenAI-compatible API, shared by the backend and the LLM judge.
+
+    One pooled ``httpx.AsyncClient`` per event loop (safe for concurrent requests), bounded
+    timeouts, the API key from an environment variable, and one-line :class:`ServerError`
+    messages that name the URL, the status and the setting to fix. ``label`` starts each
+    message; ``settings`` names the config keys to mention (``base_url``, ``timeout``, ``model``).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout: float,
+        api_key_env: str | None = None,
+        label: str = "openai backend",
+        settings: dict[str, str] | None = None,
+        pooled: bool = True,
+    ) -> None:
+        try:
+            import httpx
+        except ImportError as exc:
+            raise BackendUnavailableError(
+                f"the {label} needs httpx: run `pip install httpx`"
+            ) from exc
+        self._httpx = httpx
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self.api_key_env = api_key_env
+        self.label = label
+        self.pooled = pooled  # False: a client per request, for users without a close hook
+        self.settings = {
+            "base_url": "backend.base_url",
+            "timeout": "backend.request_timeout",
+            "model": "backend.served_model",
+            **(settings or {}),
+        }
+        self._clients: dict[asyncio.AbstractEventLoop, Any] = {}
+        self._ssl: Any = None
+        key = os.environ.get(api_key_env, "") if api_key_env else ""
+        self._headers = {"Authorization": f"Bearer {key}"} if key else {}
+
+    def client(self) -> Any:
+        """This event loop's client (clients of closed loops are dropped)."""
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None:
+            for old in [lp for lp in self._clients if lp.is_closed()]:
+                del self._clients[old]
+            client = self._clients[loop] = self._new_client()
+        return client
+
+    def _new_client(self) -> Any:
+        httpx = self._httpx
+        if self._ssl is None:  # building one costs ~25 ms: once, not per client
+            self._ssl = httpx.create_ssl_context()
+        return httpx.AsyncClient(
+            headers=self._headers,
+            timeout=httpx.Timeout(self.timeout),
+            limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
+            verify=self._ssl,
+        )
+
+    async def close(self) -> None:
+        """Close the HTTP connections of the running event loop."""
+        loop = asyncio.get_running_loop()
+        client = self._clients.pop(loop, None)
+        self._clients.clear()  # clients of other (finished) loops cannot be closed from here
+        if client is not None:
+            await client.aclose()
+
+    async def send(self, method: str, url: str, body: dict | None = None) -> tuple[int, Any]:
+        """``(status, JSON reply or text)``; unreachable servers and timeouts raise."""
+        httpx = self._httpx
+        try:
+            if self.pooled:
+                response = await self.client().request(method, url, json=body)
+            else:
+                async with self._new_client() as client:
+                    response = await client.request(method, url, json=body)
+        except httpx.TimeoutException as exc:
+            raise ServerError(
+                f"{self.label}: {method} {url} timed out after {self.timeout:g}s; "
+                f"check the server or raise {self.settings['timeout']}",
+                url,
+            ) from exc
+        except httpx.HTTPError as exc:
+            raise ServerError(
+                f"{self.label}: cannot reach {url} ({type(exc).__name__}: {exc}); "
+                f"is the server running? check {self.settings['base_url']}",
+                url,
+            ) from exc
+        try:
+            payload = response.json()
+        except ValueError:
+            payload = response.text
+        return response.status_code, payload
+
+    def error(self, url: str, status: int, reply: Any, hint: str = "") -> ServerError:
+        """The one-line error of an HTTP error reply."""
+        detail = reply
+        if isinstance(reply, dict):
+            error = reply.get("error", reply)
+            detail = error.get("message", error) if isinstance(error, dict) else error
+        detail = " ".join(str(detail).split())[:300]
+        if status in (401, 403):
+            hint = f"; set the API key in ${self.api_key_env}"
+        elif status == 404:
+            hint = (
+                f"; check {self.settings['base_url']} (it usually ends in /v1) and "
+                f"{self.settings['model']}"
+            )
+        return ServerError(
+            f"{self.label}: POST {url} -> HTTP {status}: {detail}{hint}", url, status
+        )
+
+    async def first_model(self) -> str:
+        """The first model that ``GET {base_url}/models`` lists."""
+        status, reply = await self.send("GET", f"{self.base_url}/models")
+        models = reply.get("data") if status == 200 and isinstance(reply, dict) else None
+        if not models:
+            raise UserError(
+                f"{self.label}: cannot tell which model {self.base_url} serves; "
+                f"set {self.settings['model']}"
+            )
+        return str(models[0]["id"])
+
+
 class OpenAIBackend(Backend):
     """Token-in, token-out over an OpenAI-compatible ``/completions`` endpoint."""
 
     name = "openai"
 
     def __init__(self, config: BackendConfig, tokenizer: Any = None):
-        try:
-            import httpx
-        except ImportError as exc:
-            raise BackendUnavailableError(
-                "the openai backend needs httpx: run `pip install httpx`"
-            ) from exc
         if not config.base_url:
             raise UserError(
                 "the openai backend needs backend.base_url, e.g. http://localhost:8000/v1"
             )
         self.config = config
-        self._httpx = httpx
-        self.base_url = config.base_url.rstrip("/")
+        self.http = OpenAIHTTP(
+            config.base_url, timeout=config.request_timeout, api_key_env=config.api_key_env
+        )
+        self.base_url = self.http.base_url
         self.url = f"{self.base_url}/completions"
         self.served_model = config.served_model or (
             Path(config.model).name if config.model else None
@@ -70,9 +194,6 @@ class OpenAIBackend(Backend):
         self.returns_tokens = True
         self.token_prompts = True  # False once the server refused a token-id prompt
         self._warned = False
-        self._clients: dict[asyncio.AbstractEventLoop, Any] = {}
-        key = os.environ.get(config.api_key_env, "") if config.api_key_env else ""
-        self._headers = {"Authorization": f"Bearer {key}"} if key else {}
 
     # ---- public API -------------------------------------------------------------------------
 
@@ -108,79 +229,19 @@ class OpenAIBackend(Backend):
 
     async def close(self) -> None:
         """Close the HTTP connections of the running event loop."""
-        loop = asyncio.get_running_loop()
-        client = self._clients.pop(loop, None)
-        self._clients.clear()  # clients of other (finished) loops cannot be closed from here
-        if client is not None:
-            await client.aclose()
+        await self.http.close()
 
     # ---- requests ---------------------------------------------------------------------------
 
-    def _client(self) -> Any:
-        loop = asyncio.get_running_loop()
-        client = self._clients.get(loop)
-        if client is None:
-            for old in [lp for lp in self._clients if lp.is_closed()]:
-                del self._clients[old]
-            httpx = self._httpx
-            client = httpx.AsyncClient(
-                headers=self._headers,
-                timeout=httpx.Timeout(self.config.request_timeout),
-                limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
-            )
-            self._clients[loop] = client
-        return client
-
-    async def _send(self, method: str, url: str, body: dict | None = None) -> tuple[int, Any]:
-        httpx = self._httpx
-        try:
-            response = await self._client().request(method, url, json=body)
-        except httpx.TimeoutException as exc:
-            raise ServerError(
-                f"openai backend: {method} {url} timed out after {self.config.request_timeout:g}s; "
-                "check the server or raise backend.request_timeout",
-                url,
-            ) from exc
-        except httpx.HTTPError as exc:
-            raise ServerError(
-                f"openai backend: cannot reach {url} ({type(exc).__name__}: {exc}); "
-                "is the server running? check backend.base_url",
-                url,
-            ) from exc
-        try:
-            payload = response.json()
-        except ValueError:
-            payload = response.text
-        return response.status_code, payload
-
     async def _post(self, body: dict) -> tuple[int, Any]:
-        return await self._send("POST", self.url, body)
+        return await self.http.send("POST", self.url, body)
 
     def _raise(self, status: int, reply: Any, hint: str = "") -> None:
-        detail = reply
-        if isinstance(reply, dict):
-            error = reply.get("error", reply)
-            detail = error.get("message", error) if isinstance(error, dict) else error
-        detail = " ".join(str(detail).split())[:300]
-        if status in (401, 403):
-            hint = f"; set the API key in ${self.config.api_key_env}"
-        elif status == 404:
-            hint = "; check backend.base_url (it usually ends in /v1) and backend.served_model"
-        raise ServerError(
-            f"openai backend: POST {self.url} -> HTTP {status}: {detail}{hint}", self.url, status
-        )
+        raise self.http.error(self.url, status, reply, hint)
 
     async def _model_name(self) -> str:
-        if self.served_model:
-            return self.served_model
-        status, reply = await self._send("GET", f"{self.base_url}/models")
-        models = reply.get("data") if status == 200 and isinstance(reply, dict) else None
-        if not models:
-            raise UserError(
-                f"openai backend: cannot tell which model {self.base_url} serves; "
-                "set backend.served_model"
-            )
-        self.served_model = str(models[0]["id"])
+        if not self.served_model:
+            self.served_model = await self.http.first_model()
         return self.served_model
 
     def _body(self, model: str, prompt: Any, params: SamplingParams, exact: bool) -> dict:

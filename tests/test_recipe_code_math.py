@@ -1,0 +1,218 @@
+"""The ``code_math`` recipe: the generated word problems (every answer checked by running its
+solution in the sandbox), the python tool under the recipe's limits, the line protocol, the
+math-verify reward, scripted and tiny-model rollouts, and a short training run."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from agentfly_cli.chat.parsers import get_parser
+from agentfly_cli.cli.app import build_app
+from agentfly_cli.config import load_config
+from agentfly_cli.rollout.trajectory import read_trajectories
+from envs_builtin.python_sandbox import PythonSandboxEnv, python
+from rewards_builtin.scoring import math_equal_score
+
+pytestmark = pytest.mark.filterwarnings("ignore::envs_builtin.python_sandbox.SandboxWarning")
+
+runner = CliRunner()
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "agentfly_cli" / "recipes" / "data" / "code_math.jsonl"
+ROWS = [json.loads(line) for line in DATA.read_text().splitlines() if line.strip()]
+CONFIG = load_config("code_math")
+OPTIONS = CONFIG.envs["python"].options  # the recipe's sandbox limits
+FRACTION = next(r for r in ROWS if r["kind"] == "linear_equation" and "/" in r["answer"])
+MONEY = next(r for r in ROWS if r["kind"] == "shopping")
+SMALL_RUN = ["--set", "rollout.max_tokens_per_turn=96", "--set", "rollout.max_total_tokens=8192"]
+
+
+def agentfly(*arguments):
+    return runner.invoke(build_app(), [str(a) for a in arguments])
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def run(coroutine):
+    return asyncio.run(coroutine)
+
+
+async def started() -> PythonSandboxEnv:
+    env = PythonSandboxEnv(**OPTIONS)
+    await env.start()
+    await env.reset({})
+    return env
+
+
+# -- data ----------------------------------------------------------------------------------------
+def test_packaged_problems_are_varied_and_exact():
+    assert 200 <= len(ROWS) <= 400 and len({r["id"] for r in ROWS}) == len(ROWS)
+    assert len({r["question"] for r in ROWS}) == len(ROWS)
+    kinds = Counter(r["kind"] for r in ROWS)
+    assert len(kinds) == 11 and set(kinds.values()) == {28}
+    exact = re.compile(r"^-?\d+(\.\d+|/\d+)?$")  # an integer, a decimal or a fraction p/q
+    assert all(exact.match(r["answer"]) for r in ROWS)
+    assert sum("/" in r["answer"] for r in ROWS) >= 60  # fractions: math-verify matters
+    assert all("\n" not in r["solution"] for r in ROWS)  # one PYTHON: line each
+
+
+def test_every_solution_prints_its_answer_in_the_sandbox():
+    """The scripted policy's code, run by the recipe's python env, prints a value that the
+    reward accepts, for every task."""
+
+    async def main():
+        env = await started()
+        outputs = []
+        for row in ROWS:
+            await env.reset(row)
+            outputs.append(await env.step({"code": row["solution"]}))
+        await env.close()
+        return outputs
+
+    outputs = run(main())
+    wrong = [
+        (row["id"], out)
+        for row, out in zip(ROWS, outputs, strict=True)
+        if math_equal_score(out, row["answer"]) != 1.0
+    ]
+    assert not wrong
+
+
+def test_the_generator_rebuilds_the_packaged_file():
+    path = ROOT / "scripts" / "make_code_math_data.py"
+    spec = importlib.util.spec_from_file_location("make_code_math_data", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.rows() == ROWS
+    assert module.show(module.Fraction(7, 12)) == "7/12"
+    assert module.show(module.Fraction(-51, 4), decimal=True) == "-12.75"
+    assert module.show(module.Fraction(1, 3), decimal=True) == "1/3"
+
+
+@pytest.mark.parametrize(
+    ("prediction", "gold", "expected"),
+    [
+        ("7/12", "7/12", 1.0),
+        ("14/24", "7/12", 1.0),
+        ("0.5833333333333334", "7/12", 1.0),
+        ("0.58", "7/12", 0.0),  # rounded too early
+        ("x = -21/11", "-21/11", 1.0),
+        ("9.950000000000001", "9.95", 1.0),  # float noise from 3*2.45 + 2*1.30
+        ("$31.08", "31.08", 1.0),
+        ("31", "31.08", 0.0),
+        ("Fraction(7, 12)", "7/12", 0.0),  # a repr, not a number: the prompt asks to print
+        ("", "7/12", 0.0),
+    ],
+)
+def test_math_equal_on_the_answer_forms(prediction, gold, expected):
+    assert math_equal_score(prediction, gold) == expected
+
+
+# -- the line protocol and the python tool under the recipe's limits -----------------------------
+def test_a_python_line_is_one_cell_and_answer_ends_it():
+    parser = get_parser(CONFIG.chat.parser, CONFIG.chat.parser_options)
+    parsed = parser.parse("PYTHON: a = 3; b = 4; print(a * b)")
+    (call,) = parsed.calls
+    assert (call.name, call.arguments) == ("python", {"code": "a = 3; b = 4; print(a * b)"})
+    (answer,) = parser.parse("ANSWER: 12").calls
+    assert (answer.name, answer.arguments) == ("answer", {"answer": "12"})
+    assert parser.parse("PYTHON:").errors  # a command needs its code on the same line
+
+
+def test_python_tool_keeps_state_shows_errors_and_resets():
+    async def main():
+        env = await started()
+        assert (await python(env=env, code="from fractions import Fraction as F; x = F(1, 3)")).ok
+        result = await python(env=env, code="print(x + F(1, 4)); x * 3")
+        # what it printed, then the final expression's repr (hence: the prompt asks to print)
+        assert result.ok and result.observation == "7/12\nFraction(1, 1)"
+        error = await python(env=env, code="y + 1")
+        assert error.ok and error.observation.endswith("NameError: name 'y' is not defined")
+        syntax = await python(env=env, code="print(1 +")
+        assert "SyntaxError" in syntax.observation
+        big = await python(env=env, code="b = bytearray(1 << 30)")  # over memory_mb (512)
+        assert "MemoryError" in big.observation
+        flood = await python(env=env, code="print('x' * 5000)")  # over max_output_chars
+        assert "[output truncated:" in flood.observation and len(flood.observation) < 1200
+        await env.reset({})  # a new task: a fresh namespace
+        gone = await python(env=env, code="x")
+        assert "NameError" in gone.observation
+        await env.close()
+
+    run(main())
+
+
+# -- rollouts and training through the CLI -----------------------------------------------------
+def test_scripted_policy_gets_max_and_min_reward(tiny_model, tmp_path):
+    rows = [FRACTION, MONEY, FRACTION]
+    script = [
+        {"responses": [f"PYTHON: {FRACTION['solution']}", f"ANSWER: {FRACTION['answer']}"]},
+        {  # state across turns, float arithmetic, then the number as printed
+            "responses": [
+                "PYTHON: " + MONEY["solution"].replace("print(", "total = (", 1),
+                "PYTHON: print(total)",
+                f"ANSWER: {MONEY['answer']}",
+            ]
+        },
+        {"responses": ["PYTHON: 1/0", "ANSWER: 12345"]},  # an error, then a wrong answer
+    ]
+    out = tmp_path / "out.jsonl"
+    result = agentfly(
+        "rollout", "code_math", "--model", tiny_model, "--backend", "scripted",
+        "--script", write_jsonl(tmp_path / "script.jsonl", script),
+        "--data", write_jsonl(tmp_path / "data.jsonl", rows),
+        "--n", "2", "--out", out, "--quiet", *SMALL_RUN,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    trajectories = read_trajectories(out)
+    assert len(trajectories) == 6
+    for trajectory in trajectories:
+        trajectory.check()
+        assert trajectory.finish_reason == "terminal_tool"
+    assert [t.reward for t in trajectories] == [1.0, 1.0, 1.0, 1.0, 0.0, 0.0]
+    solved = trajectories[0]
+    assert [c.name for c in solved.tool_calls] == ["python", "answer"]
+    assert solved.tool_calls[0].observation == FRACTION["answer"]
+    assert len(trajectories[2].tool_calls) == 3
+    failed = trajectories[4].tool_calls[0]
+    assert failed.status == "ok" and "ZeroDivisionError" in failed.observation
+
+
+def test_tiny_model_rollout_gives_valid_trajectories(tiny_model, tmp_path):
+    out = tmp_path / "out.jsonl"
+    result = agentfly(
+        "rollout", "code_math", "--model", tiny_model, "--limit", "2", "--n", "2",
+        "--max-turns", "3", "--out", out, "--quiet",
+        "--set", "rollout.max_tokens_per_turn=12", "--set", "rollout.max_total_tokens=8192",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    trajectories = read_trajectories(out)
+    assert len(trajectories) == 4
+    for trajectory in trajectories:
+        trajectory.check()
+        assert 0.0 <= trajectory.reward <= 1.0
+
+
+def test_short_training_run_completes(tiny_model, tmp_path):
+    run_dir = tmp_path / "run"
+    result = agentfly(
+        "train", "code_math", "--model", tiny_model, "--out", run_dir, "--quiet",
+        "--set", "trainer.steps=2", "--set", "trainer.tasks_per_step=2",
+        "--set", "rollout.n=2", "--set", "rollout.max_turns=2",
+        "--set", "rollout.max_tokens_per_turn=8", "--set", "rollout.max_total_tokens=8192",
+        "--set", "trainer.telemetry.sinks=[jsonl]",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines] == [0, 1]
+    assert all(0.0 <= line["reward/mean"] <= 1.0 for line in lines)
