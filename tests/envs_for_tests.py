@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentfly_cli.envs.base import BaseEnv
+from agentfly_cli.errors import UserError
 
 
 class ProcEnv(BaseEnv):
@@ -22,13 +23,18 @@ class ProcEnv(BaseEnv):
     ``"custom"`` raises an exception type that is not a built-in.
     """
 
-    def __init__(self, start_delay: float = 0.0, hang_start: bool = False) -> None:
+    def __init__(
+        self, start_delay: float = 0.0, hang_start: bool = False, missing_binary: str = ""
+    ) -> None:
         self.start_delay = start_delay
         self.hang_start = hang_start
+        self.missing_binary = missing_binary
         self.count = 0
         self.sick = False
 
     async def start(self) -> None:
+        if self.missing_binary:  # a configuration problem: the user's to fix
+            raise UserError(f"{self.missing_binary} not found: install it")
         if self.hang_start:
             await asyncio.sleep(3600)
         if self.start_delay:

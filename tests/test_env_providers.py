@@ -272,6 +272,25 @@ def test_process_env_keeps_state_and_surfaces_errors_with_their_type():
     run(go())
 
 
+def test_a_configuration_error_in_a_child_process_stays_a_user_error():
+    """An env that cannot start for a reason the user must fix (UserError) fails its pool's
+    acquire with EnvConfigError, a UserError: the rollout stops with exit 2, no retries."""
+    from agentfly_cli.envs.pool import EnvConfigError, EnvPool
+
+    async def go():
+        pool = EnvPool(PROC_SPEC, ProcessProvider(), options={"missing_binary": "stockfish"})
+        try:
+            with pytest.raises(EnvConfigError) as caught:
+                async with pool.lease():
+                    pass
+        finally:
+            await pool.close()
+        assert isinstance(caught.value, UserError)
+        assert str(caught.value) == "env 'proc' cannot start: stockfish not found: install it"
+
+    run(go())
+
+
 def test_process_env_of_the_scratchpad_raises_lookup_error():
     from envs_builtin.scratchpad import SCRATCHPAD
 

@@ -419,6 +419,55 @@ def test_an_env_that_fails_to_start_is_an_error_observation(chat):
     assert trajectory.finish_reason == "answer"
 
 
+def test_an_env_misconfigured_for_every_chain_stops_the_rollout(chat):
+    """A start failure that is the user's to fix (a UserError: a missing binary, a bad option)
+    would fail every chain alike: the rollout stops with it, and no other chain is left running."""
+    from agentfly_cli.envs.base import BaseEnv, EnvSpec
+    from agentfly_cli.envs.pool import EnvConfigError
+    from agentfly_cli.errors import UserError
+
+    class Misconfigured(BaseEnv):
+        async def start(self):
+            raise UserError("engine not found at '/nope': set envs.misconfigured.options.path")
+
+    @tool(env="misconfigured")
+    async def poke(env) -> str:
+        """Touch the env."""
+        return "never"
+
+    waits = []
+
+    @tool
+    async def wait() -> str:
+        """Take a while."""
+        waits.append(1)
+        await asyncio.sleep(0.05)
+        return "done"
+
+    slow_chain = [call("wait")] * 40  # 40 turns of 50 ms unless cancelled
+    engine = RolloutEngine(
+        ScriptedBackend([slow_chain, [call("poke"), "ok"], slow_chain], chat),
+        chat,
+        get_parser("hermes"),
+        [poke, wait],
+        None,
+        RolloutSettings(n=1, max_turns=40),
+        env_specs={"misconfigured": EnvSpec(name="misconfigured", factory=Misconfigured)},
+    )
+    finished = []
+    with pytest.raises(EnvConfigError) as caught:
+        asyncio.run(
+            engine.run([{"question": f"q{i}"} for i in range(3)], on_finish=finished.append)
+        )
+    assert isinstance(caught.value, UserError)
+    assert str(caught.value) == (
+        "env 'misconfigured' cannot start: engine not found at '/nope': "
+        "set envs.misconfigured.options.path"
+    )
+    assert finished == [] and engine.live_states() == {"generating": 0, "running_tools": 0}
+    assert len(waits) < 10  # the slow chains were cancelled, not run to their 2 x 40 calls
+
+
 def test_live_states_follow_the_turn_state_machine(chat):
     seen = []
     engine = None

@@ -25,6 +25,7 @@ from typing import Any
 
 from agentfly_cli.envs.base import EnvSpec
 from agentfly_cli.envs.providers.base import EnvHandle, EnvProvider
+from agentfly_cli.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,11 @@ class AcquireTimeout(EnvPoolError, TimeoutError):
 
 class EnvStartError(EnvPoolError):
     """An env failed to start (or to reset for its task)."""
+
+
+class EnvConfigError(EnvStartError, UserError):
+    """An env cannot start because of its configuration (a missing binary, a bad option):
+    retrying will not help, so a rollout stops at once with this one-line error (exit 2)."""
 
 
 class PoolClosed(EnvPoolError):
@@ -428,6 +434,8 @@ class EnvPool:
                     f"env '{self.name}' did not start within {self.settings.start_timeout:g} s; "
                     "raise envs.<name>.start_timeout or check the env"
                 ) from None
+            if isinstance(exc, UserError):
+                raise EnvConfigError(f"env '{self.name}' cannot start: {exc}") from exc
             if isinstance(exc, Exception):
                 raise EnvStartError(
                     f"env '{self.name}' failed to start: {type(exc).__name__}: {exc}"

@@ -86,10 +86,15 @@ class RemoteEnvError(RuntimeError):
 
 
 def rebuild_error(type_name: str, message: str) -> Exception:
-    """The env's exception on this side: the same built-in type where there is one."""
+    """The env's exception on this side: the same built-in type where there is one, and a
+    :class:`~agentfly_cli.errors.UserError` (a configuration problem) stays one."""
     import builtins
 
+    from agentfly_cli import errors
+
     cls = getattr(builtins, type_name, None)
+    if cls is None and type_name in ("UserError", "EnvConfigError"):
+        cls = errors.UserError
     if isinstance(cls, type) and issubclass(cls, Exception):
         try:
             return cls(message)

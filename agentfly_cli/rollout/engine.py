@@ -23,6 +23,7 @@ from typing import Any
 from agentfly_cli.chat.parsers import ParsedResponse, ToolCall, ToolCallParser
 from agentfly_cli.chat.templates import ChatTemplate
 from agentfly_cli.envs.manager import ResourceManager
+from agentfly_cli.envs.pool import EnvConfigError
 from agentfly_cli.rollout.backends.base import Backend, RequestContext, SamplingParams
 from agentfly_cli.rollout.settings import RolloutSettings
 from agentfly_cli.rollout.tasks import opening_messages
@@ -162,7 +163,7 @@ class RolloutEngine:
         jobs = [one(i, s) for i in range(len(tasks)) for s in range(n)]
         async with self.envs.running():
             with _fewer_gc_passes(self.settings.gc_threshold):
-                return list(await asyncio.gather(*jobs))
+                return await _all_or_nothing(jobs)
 
     async def run_chain(
         self,
@@ -188,8 +189,8 @@ class RolloutEngine:
         try:
             async with chain.stack:
                 await self._loop(chain)
-        except asyncio.CancelledError:
-            raise
+        except (asyncio.CancelledError, EnvConfigError):
+            raise  # a misconfigured env fails every chain alike: the rollout stops
         except Exception as exc:  # a backend failure ends this chain, not the rollout
             trajectory.finish_reason = "abort"
             trajectory.error = f"{type(exc).__name__}: {exc}"
@@ -338,10 +339,11 @@ class RolloutEngine:
 
     async def _call(self, chain: _Chain, call: ToolCall) -> ToolResult:
         """Run one call; whatever goes wrong (an env that fails to start, too) is an error
-        observation, so that the other calls of the turn and the chain go on."""
+        observation, so that the other calls of the turn and the chain go on. An env that
+        cannot start because of its configuration stops the rollout instead."""
         try:
             return await self._call_tool(chain, call)
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, EnvConfigError):
             raise
         except Exception as exc:
             return ToolResult.error(
@@ -411,3 +413,21 @@ def _coerce_arguments(tool: Tool, arguments: Any) -> Any:
         if len(properties) == 1:
             return {properties[0]: arguments.strip()}
     return arguments
+
+
+async def _all_or_nothing(jobs: list[Any]) -> list[Any]:
+    """Every job's result in order; the first job to raise cancels the others (and is awaited
+    with them) before its exception propagates, so no chain outlives a failed rollout."""
+    tasks = [asyncio.ensure_future(job) for job in jobs]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    finally:
+        pending = [task for task in tasks if not task.done()]
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+    failures = [t.exception() for t in tasks if not t.cancelled() and t.exception() is not None]
+    if failures:
+        raise failures[0]
+    return [task.result() for task in tasks]
