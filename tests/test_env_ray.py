@@ -13,6 +13,7 @@ ray = pytest.importorskip("ray", reason="the optional ray extra is not installed
 
 from agentfly_cli.envs.base import BaseEnv, EnvSpec  # noqa: E402
 from agentfly_cli.envs.providers.ray_provider import RayEnvGone, RayProvider  # noqa: E402
+from agentfly_cli.errors import UserError  # noqa: E402
 
 pytestmark = pytest.mark.ray
 
@@ -49,6 +50,13 @@ class CounterEnv(BaseEnv):
 class FailingStartEnv(BaseEnv):
     async def start(self) -> None:
         raise OSError("no game server")
+
+
+class MisconfiguredEnv(BaseEnv):
+    async def start(self) -> None:
+        from agentfly_cli.errors import UserError
+
+        raise UserError("stockfish not found: install it")
 
 
 def spec(factory=CounterEnv, **kwargs) -> EnvSpec:
@@ -123,6 +131,10 @@ def test_env_errors_surface_with_type_and_message(ray_instance):
         with pytest.raises(OSError, match="no game server"):
             await failing.start()
         await failing.kill()
+        misconfigured = await provider.create(spec(MisconfiguredEnv), {})
+        with pytest.raises(UserError, match="stockfish not found: install it"):
+            await misconfigured.start()  # a UserError stays one: the rollout stops with exit 2
+        await misconfigured.kill()
         not_env = await provider.create(spec(dict), {})
         with pytest.raises(TypeError, match="lacks the Env methods"):
             await not_env.start()
