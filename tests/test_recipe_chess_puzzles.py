@@ -11,11 +11,16 @@ import signal
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from agentfly_cli.cli.app import build_app
 from agentfly_cli.errors import UserError
 from agentfly_cli.rollout.trajectory import read_trajectories
+from tests.recipe_checks import (
+    agentfly,
+    budget,
+    check_short_training_run,
+    check_tiny_model_rollout,
+    write_jsonl,
+)
 
 chess = pytest.importorskip("chess", reason="python-chess is not installed (pip install chess)")
 
@@ -41,7 +46,6 @@ needs_stockfish = pytest.mark.skipif(
     "at /usr/games/stockfish)",
 )
 
-runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "agentfly_cli" / "recipes" / "data" / "chess_puzzles.jsonl"
 ROWS = [json.loads(line) for line in DATA.read_text().splitlines() if line.strip()]
@@ -52,15 +56,6 @@ SMALL_RUN = [
     "--set", "rollout.max_tokens_per_turn=64",  # the tiny BPE tokenizer spends more tokens
     "--set", "rollout.max_total_tokens=8192",
 ]  # fmt: skip
-
-
-def agentfly(*arguments):
-    return runner.invoke(build_app(), [str(a) for a in arguments])
-
-
-def write_jsonl(path, rows):
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
 
 
 def wrong_move(row) -> str:
@@ -484,35 +479,12 @@ def test_env_runs_in_child_processes(tiny_model, tmp_path):
 
 @needs_stockfish
 def test_tiny_model_rollout_gives_valid_trajectories(tiny_model, tmp_path):
-    out = tmp_path / "out.jsonl"
-    result = agentfly(
-        "rollout", "chess_puzzles", "--model", tiny_model, "--limit", "2", "--n", "2",
-        "--max-turns", "3", "--out", out, "--quiet",
-        "--set", "rollout.max_tokens_per_turn=12", "--set", "rollout.max_total_tokens=8192",
-    )  # fmt: skip
-    assert result.exit_code == 0, result.output
-    trajectories = read_trajectories(out)
-    assert len(trajectories) == 4
-    for trajectory in trajectories:
-        trajectory.check()
-        assert 0.0 <= trajectory.reward <= 1.0
-        assert "error" not in trajectory.reward_extras
+    check_tiny_model_rollout("chess_puzzles", tiny_model, tmp_path, *budget(8192))
 
 
 @needs_stockfish
 def test_short_training_run_completes(tiny_model, tmp_path):
-    run_dir = tmp_path / "run"
-    result = agentfly(
-        "train", "chess_puzzles", "--model", tiny_model, "--out", run_dir, "--quiet",
-        "--set", "trainer.steps=2", "--set", "trainer.tasks_per_step=2",
-        "--set", "rollout.n=2", "--set", "rollout.max_turns=2",
-        "--set", "rollout.max_tokens_per_turn=8", "--set", "rollout.max_total_tokens=8192",
-        "--set", "trainer.telemetry.sinks=[jsonl]",
-    )  # fmt: skip
-    assert result.exit_code == 0, result.output
-    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [line["step"] for line in lines] == [0, 1]
-    assert all(0.0 <= line["reward/mean"] <= 1.0 for line in lines)
+    check_short_training_run("chess_puzzles", tiny_model, tmp_path, *budget(8192))
 
 
 @needs_stockfish

@@ -12,18 +12,22 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from agentfly_cli.chat.parsers import get_parser
-from agentfly_cli.cli.app import build_app
 from agentfly_cli.config import load_config
 from agentfly_cli.rollout.trajectory import read_trajectories
 from envs_builtin.python_sandbox import PythonSandboxEnv, python
 from rewards_builtin.scoring import math_equal_score
+from tests.recipe_checks import (
+    agentfly,
+    budget,
+    check_short_training_run,
+    check_tiny_model_rollout,
+    write_jsonl,
+)
 
 pytestmark = pytest.mark.filterwarnings("ignore::envs_builtin.python_sandbox.SandboxWarning")
 
-runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "agentfly_cli" / "recipes" / "data" / "code_math.jsonl"
 ROWS = [json.loads(line) for line in DATA.read_text().splitlines() if line.strip()]
@@ -32,15 +36,6 @@ OPTIONS = CONFIG.envs["python"].options  # the recipe's sandbox limits
 FRACTION = next(r for r in ROWS if r["kind"] == "linear_equation" and "/" in r["answer"])
 MONEY = next(r for r in ROWS if r["kind"] == "shopping")
 SMALL_RUN = ["--set", "rollout.max_tokens_per_turn=96", "--set", "rollout.max_total_tokens=8192"]
-
-
-def agentfly(*arguments):
-    return runner.invoke(build_app(), [str(a) for a in arguments])
-
-
-def write_jsonl(path, rows):
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
 
 
 def run(coroutine):
@@ -189,30 +184,8 @@ def test_scripted_policy_gets_max_and_min_reward(tiny_model, tmp_path):
 
 
 def test_tiny_model_rollout_gives_valid_trajectories(tiny_model, tmp_path):
-    out = tmp_path / "out.jsonl"
-    result = agentfly(
-        "rollout", "code_math", "--model", tiny_model, "--limit", "2", "--n", "2",
-        "--max-turns", "3", "--out", out, "--quiet",
-        "--set", "rollout.max_tokens_per_turn=12", "--set", "rollout.max_total_tokens=8192",
-    )  # fmt: skip
-    assert result.exit_code == 0, result.output
-    trajectories = read_trajectories(out)
-    assert len(trajectories) == 4
-    for trajectory in trajectories:
-        trajectory.check()
-        assert 0.0 <= trajectory.reward <= 1.0
+    check_tiny_model_rollout("code_math", tiny_model, tmp_path, *budget(8192))
 
 
 def test_short_training_run_completes(tiny_model, tmp_path):
-    run_dir = tmp_path / "run"
-    result = agentfly(
-        "train", "code_math", "--model", tiny_model, "--out", run_dir, "--quiet",
-        "--set", "trainer.steps=2", "--set", "trainer.tasks_per_step=2",
-        "--set", "rollout.n=2", "--set", "rollout.max_turns=2",
-        "--set", "rollout.max_tokens_per_turn=8", "--set", "rollout.max_total_tokens=8192",
-        "--set", "trainer.telemetry.sinks=[jsonl]",
-    )  # fmt: skip
-    assert result.exit_code == 0, result.output
-    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [line["step"] for line in lines] == [0, 1]
-    assert all(0.0 <= line["reward/mean"] <= 1.0 for line in lines)
+    check_short_training_run("code_math", tiny_model, tmp_path, *budget(8192))

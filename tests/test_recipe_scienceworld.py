@@ -14,12 +14,16 @@ import time
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 import agentfly_cli
-from agentfly_cli.cli.app import build_app
 from agentfly_cli.errors import UserError
 from agentfly_cli.rollout.trajectory import read_trajectories
+from tests.recipe_checks import (
+    agentfly,
+    check_short_training_run,
+    check_tiny_model_rollout,
+    write_jsonl,
+)
 
 pytest.importorskip(
     "scienceworld", reason="scienceworld is not installed (pip install scienceworld)"
@@ -41,26 +45,16 @@ from envs_builtin.scienceworld_env import (  # noqa: E402
 )
 from rewards_builtin.scienceworld import final_score, scienceworld_score  # noqa: E402
 
-runner = CliRunner()
 DATA = Path(agentfly_cli.__file__).parent / "recipes" / "data" / "scienceworld.jsonl"
 ROWS = [json.loads(line) for line in DATA.read_text().splitlines() if line.strip()]
 FIND = next(r for r in ROWS if r["task_name"] == "find-non-living-thing")
 LIVING = next(r for r in ROWS if r["task_name"] == "find-living-thing")
 LIFESPAN = next(r for r in ROWS if r["task_name"] == "lifespan-longest-lived")
-SMALL_RUN = [
-    "--set", "rollout.max_tokens_per_turn=64",  # the tiny BPE tokenizer spends more tokens
+SMALL_ENVS = [
     "--set", "rollout.max_total_tokens=6144",
     "--set", "envs.scienceworld.pool_max=2",  # at most two JVMs on a 2-core machine
 ]  # fmt: skip
-
-
-def agentfly(*arguments):
-    return runner.invoke(build_app(), [str(a) for a in arguments])
-
-
-def write_jsonl(path, rows):
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
+SMALL_RUN = ["--set", "rollout.max_tokens_per_turn=64", *SMALL_ENVS]  # tiny BPE: more tokens
 
 
 def java_children() -> list[int]:
@@ -373,34 +367,11 @@ def test_scripted_policy_gets_max_and_min_reward(tiny_model, tmp_path, sim):
 
 
 def test_tiny_model_rollout_gives_valid_trajectories(tiny_model, tmp_path):
-    out = tmp_path / "out.jsonl"
-    result = agentfly(
-        "rollout", "scienceworld", "--model", tiny_model, "--limit", "2", "--n", "2",
-        "--max-turns", "3", "--out", out, "--quiet", *SMALL_RUN,
-        "--set", "rollout.max_tokens_per_turn=12",
-    )  # fmt: skip
-    assert result.exit_code == 0, result.output
-    trajectories = read_trajectories(out)
-    assert len(trajectories) == 4
-    for trajectory in trajectories:
-        trajectory.check()
-        assert 0.0 <= trajectory.reward <= 1.0
-        assert "error" not in trajectory.reward_extras
+    check_tiny_model_rollout("scienceworld", tiny_model, tmp_path, *SMALL_ENVS)
 
 
 def test_short_training_run_completes(tiny_model, tmp_path):
-    run = tmp_path / "run"
-    result = agentfly(
-        "train", "scienceworld", "--model", tiny_model, "--out", run, "--quiet", *SMALL_RUN,
-        "--set", "trainer.steps=2", "--set", "trainer.tasks_per_step=2",
-        "--set", "rollout.n=2", "--set", "rollout.max_turns=2",
-        "--set", "rollout.max_tokens_per_turn=8",
-        "--set", "trainer.telemetry.sinks=[jsonl]",
-    )  # fmt: skip
-    assert result.exit_code == 0, result.output
-    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [line["step"] for line in lines] == [0, 1]
-    assert all(0.0 <= line["reward/mean"] <= 1.0 for line in lines)
+    check_short_training_run("scienceworld", tiny_model, tmp_path, *SMALL_ENVS)
 
 
 def test_all_tools_through_json_tool_calls(tiny_model, tmp_path, sim):

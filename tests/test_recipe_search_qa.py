@@ -12,12 +12,17 @@ import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from agentfly_cli.cli.app import build_app
 from agentfly_cli.config import load_config
 from agentfly_cli.errors import UserError
 from agentfly_cli.rollout.trajectory import read_trajectories
+from tests.recipe_checks import (
+    agentfly,
+    budget,
+    check_short_training_run,
+    check_tiny_model_rollout,
+    write_jsonl,
+)
 
 pytest.importorskip("bm25s", reason="bm25s is not installed (pip install 'agentfly-cli[tasks]')")
 
@@ -31,7 +36,6 @@ from envs_builtin.search_env import (  # noqa: E402
     search,
 )
 
-runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "agentfly_cli" / "recipes" / "data"
 ROWS = [json.loads(x) for x in (DATA / "search_qa.jsonl").read_text().splitlines() if x.strip()]
@@ -42,15 +46,6 @@ OPTIONS = load_config("search_qa").envs["search"].options  # the recipe's env op
 THREE_HOPS = next(r for r in ROWS if len(r["hops"]) == 3)
 TWO_HOPS = next(r for r in ROWS if r["type"] == "company_founder_teacher")  # a person's name
 SMALL_RUN = ["--set", "rollout.max_tokens_per_turn=64", "--set", "rollout.max_total_tokens=8192"]
-
-
-def agentfly(*arguments):
-    return runner.invoke(build_app(), [str(a) for a in arguments])
-
-
-def write_jsonl(path, rows):
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
 
 
 def run(coroutine):
@@ -307,31 +302,8 @@ def test_env_runs_in_child_processes(tiny_model, tmp_path):
 
 
 def test_tiny_model_rollout_gives_valid_trajectories(tiny_model, tmp_path):
-    out = tmp_path / "out.jsonl"
-    result = agentfly(
-        "rollout", "search_qa", "--model", tiny_model, "--limit", "2", "--n", "2",
-        "--max-turns", "3", "--out", out, "--quiet",
-        "--set", "rollout.max_tokens_per_turn=12", "--set", "rollout.max_total_tokens=8192",
-    )  # fmt: skip
-    assert result.exit_code == 0, result.output
-    trajectories = read_trajectories(out)
-    assert len(trajectories) == 4
-    for trajectory in trajectories:
-        trajectory.check()
-        assert 0.0 <= trajectory.reward <= 1.0
-        assert "error" not in trajectory.reward_extras
+    check_tiny_model_rollout("search_qa", tiny_model, tmp_path, *budget(8192))
 
 
 def test_short_training_run_completes(tiny_model, tmp_path):
-    run_dir = tmp_path / "run"
-    result = agentfly(
-        "train", "search_qa", "--model", tiny_model, "--out", run_dir, "--quiet",
-        "--set", "trainer.steps=2", "--set", "trainer.tasks_per_step=2",
-        "--set", "rollout.n=2", "--set", "rollout.max_turns=2",
-        "--set", "rollout.max_tokens_per_turn=8", "--set", "rollout.max_total_tokens=8192",
-        "--set", "trainer.telemetry.sinks=[jsonl]",
-    )  # fmt: skip
-    assert result.exit_code == 0, result.output
-    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [line["step"] for line in lines] == [0, 1]
-    assert all(0.0 <= line["reward/mean"] <= 1.0 for line in lines)
+    check_short_training_run("search_qa", tiny_model, tmp_path, *budget(8192))

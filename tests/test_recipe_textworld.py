@@ -10,11 +10,16 @@ import tarfile
 import time
 
 import pytest
-from typer.testing import CliRunner
 
-from agentfly_cli.cli.app import build_app
 from agentfly_cli.errors import UserError
 from agentfly_cli.rollout.trajectory import read_trajectories
+from tests.recipe_checks import (
+    agentfly,
+    budget,
+    check_short_training_run,
+    check_tiny_model_rollout,
+    write_jsonl,
+)
 
 pytest.importorskip("textworld", reason="textworld is not installed (pip install textworld)")
 
@@ -31,7 +36,6 @@ from rewards_builtin.textworld import replay_commands, textworld_score  # noqa: 
 
 # TextWorld silences this jericho warning at import; pytest's per-test filters bring it back.
 pytestmark = pytest.mark.filterwarnings("ignore:Unable to find valid actions")
-runner = CliRunner()
 DATA = twe.ARCHIVE.with_name("textworld.jsonl")
 ROWS = [json.loads(line) for line in DATA.read_text().splitlines() if line.strip()]
 EASY = next(r for r in ROWS if r["level"] == "easy")
@@ -44,15 +48,6 @@ SMALL_RUN = [
     "--set", "rollout.max_tokens_per_turn=64",  # the tiny BPE tokenizer spends more tokens
     "--set", "rollout.max_total_tokens=4096",
 ]  # fmt: skip
-
-
-def agentfly(*arguments):
-    return runner.invoke(build_app(), [str(a) for a in arguments])
-
-
-def write_jsonl(path, rows):
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
 
 
 def maps_of_libfrotz() -> int:
@@ -364,34 +359,11 @@ def test_env_runs_in_child_processes(tiny_model, tmp_path):
 
 
 def test_tiny_model_rollout_gives_valid_trajectories(tiny_model, tmp_path):
-    out = tmp_path / "out.jsonl"
-    result = agentfly(
-        "rollout", "textworld", "--model", tiny_model, "--limit", "2", "--n", "2",
-        "--max-turns", "3", "--out", out, "--quiet",
-        "--set", "rollout.max_tokens_per_turn=12", "--set", "rollout.max_total_tokens=4096",
-    )  # fmt: skip
-    assert result.exit_code == 0, result.output
-    trajectories = read_trajectories(out)
-    assert len(trajectories) == 4
-    for trajectory in trajectories:
-        trajectory.check()
-        assert 0.0 <= trajectory.reward <= 1.0
-        assert "error" not in trajectory.reward_extras
+    check_tiny_model_rollout("textworld", tiny_model, tmp_path, *budget(4096))
 
 
 def test_short_training_run_completes(tiny_model, tmp_path):
-    run = tmp_path / "run"
-    result = agentfly(
-        "train", "textworld", "--model", tiny_model, "--out", run, "--quiet",
-        "--set", "trainer.steps=2", "--set", "trainer.tasks_per_step=2",
-        "--set", "rollout.n=2", "--set", "rollout.max_turns=2",
-        "--set", "rollout.max_tokens_per_turn=8", "--set", "rollout.max_total_tokens=4096",
-        "--set", "trainer.telemetry.sinks=[jsonl]",
-    )  # fmt: skip
-    assert result.exit_code == 0, result.output
-    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [line["step"] for line in lines] == [0, 1]
-    assert all(0.0 <= line["reward/mean"] <= 1.0 for line in lines)
+    check_short_training_run("textworld", tiny_model, tmp_path, *budget(4096))
 
 
 def test_all_four_tools_through_json_tool_calls(tiny_model, tmp_path):

@@ -1,0 +1,65 @@
+"""Checks shared by the recipe tests: the CLI, script files, and the two checks every recipe
+must pass (a tiny-model rollout gives valid trajectories; a 2-step training run completes)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from typer.testing import CliRunner
+
+from agentfly_cli.cli.app import build_app
+from agentfly_cli.rollout.trajectory import read_trajectories
+
+runner = CliRunner()
+
+
+def agentfly(*arguments: Any):
+    """Run the CLI in-process; returns typer's ``Result``."""
+    return runner.invoke(build_app(), [str(a) for a in arguments])
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def check_tiny_model_rollout(recipe: str, tiny_model: Path, tmp_path: Path, *flags: str) -> None:
+    """2 tasks x 2 chains of the tiny (random) model: every trajectory is token-exact and
+    consistent, its reward is in [0, 1], and the reward did not fail."""
+    out = tmp_path / "out.jsonl"
+    result = agentfly(
+        "rollout", recipe, "--model", tiny_model, "--limit", "2", "--n", "2",
+        "--max-turns", "3", "--out", out, "--quiet",
+        "--set", "rollout.max_tokens_per_turn=12", *flags,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    trajectories = read_trajectories(out)
+    assert len(trajectories) == 4
+    for trajectory in trajectories:
+        trajectory.check()
+        assert 0.0 <= trajectory.reward <= 1.0
+        assert "error" not in trajectory.reward_extras
+
+
+def check_short_training_run(recipe: str, tiny_model: Path, tmp_path: Path, *flags: str) -> None:
+    """Two GRPO steps of 2 tasks x 2 chains on the tiny model: both steps are logged, with
+    rewards in [0, 1]."""
+    run_dir = tmp_path / "run"
+    result = agentfly(
+        "train", recipe, "--model", tiny_model, "--out", run_dir, "--quiet",
+        "--set", "trainer.steps=2", "--set", "trainer.tasks_per_step=2",
+        "--set", "rollout.n=2", "--set", "rollout.max_turns=2",
+        "--set", "rollout.max_tokens_per_turn=8",
+        "--set", "trainer.telemetry.sinks=[jsonl]", *flags,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines] == [0, 1]
+    assert all(0.0 <= line["reward/mean"] <= 1.0 for line in lines)
+
+
+def budget(max_total_tokens: int) -> list[str]:
+    """The flag of a trajectory's token budget (the tiny model's tokenizer spends more)."""
+    return ["--set", f"rollout.max_total_tokens={max_total_tokens}"]
