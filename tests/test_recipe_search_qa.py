@@ -8,6 +8,7 @@ import importlib.util
 import json
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -24,7 +25,10 @@ from tests.recipe_checks import (
     write_jsonl,
 )
 
-pytest.importorskip("bm25s", reason="bm25s is not installed (pip install 'agentfly-cli[tasks]')")
+if importlib.util.find_spec("bm25s") is None:  # not importorskip: see import_bm25s
+    pytest.skip(
+        "bm25s is not installed (pip install 'agentfly-cli[tasks]')", allow_module_level=True
+    )
 
 from envs_builtin import search_env  # noqa: E402
 from envs_builtin.search_env import (  # noqa: E402
@@ -307,3 +311,33 @@ def test_tiny_model_rollout_gives_valid_trajectories(tiny_model, tmp_path):
 
 def test_short_training_run_completes(tiny_model, tmp_path):
     check_short_training_run("search_qa", tiny_model, tmp_path, *budget(8192))
+
+
+def test_bm25s_is_used_without_numba_which_breaks_vllm_in_the_same_process(tmp_path):
+    """With vLLM installed, numba is too; ``import bm25s`` would import numba and llvmlite, and
+    llvmlite's ffi wrapper makes vLLM-CPU's kernel dispatcher fail at engine start. The search
+    env imports bm25s without numba (a stand-in numba here records whether it was imported),
+    indexes with numpy, and leaves numba importable afterwards."""
+    fake = tmp_path / "numba"
+    fake.mkdir()
+    (fake / "__init__.py").write_text(
+        "import sys\nsys.FAKE_NUMBA_IMPORTS = getattr(sys, 'FAKE_NUMBA_IMPORTS', 0) + 1\n"
+        "def njit(*args, **kwargs):\n    return args[0] if args else (lambda f: f)\n"
+        "prange = range\n"
+    )
+    code = (
+        "import sys; from envs_builtin.search_env import Bm25Index, Document; "
+        "docs = [Document('0', 'Tolva', 'Tolva is a city.'), Document('1', 'Ost', 'A river.')]; "
+        "index = Bm25Index(docs); "
+        "assert index.search('Tolva city', 1)[0][0].title == 'Tolva'; "
+        "assert not hasattr(sys, 'FAKE_NUMBA_IMPORTS'), 'bm25s imported numba'; "
+        "assert index._retriever.backend == 'numpy', index._retriever.backend; "
+        "import numba; assert sys.FAKE_NUMBA_IMPORTS == 1, 'numba is hidden for good'; "
+        "print('ok')"
+    )
+    environment = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=environment, capture_output=True,
+        text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
