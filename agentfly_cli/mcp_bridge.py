@@ -47,6 +47,10 @@ class McpServerError(UserError):
     """An MCP server that cannot be launched, reached, or listed."""
 
 
+class McpSessionError(RuntimeError):
+    """A trajectory's session could not be opened, although the server listed its tools."""
+
+
 def is_mcp_spec(spec: str) -> bool:
     """Whether a tools entry names an MCP server (``mcp:...`` or ``mcp[prefix]:...``)."""
     return SPEC.match(spec.strip()) is not None
@@ -336,7 +340,12 @@ class McpSessionEnv(BaseEnv):
                 await self._drop()
             if self._session is None:
                 session = McpSession(self.target)
-                await session.open(self.connect_timeout)
+                try:
+                    await session.open(self.connect_timeout)
+                except McpServerError as exc:
+                    # the server answered when its tools were listed: a failure now is this
+                    # call's (an error observation), not a configuration error that ends the run
+                    raise McpSessionError(str(exc)) from exc
                 self._session, self._used = session, False
             return self._session
 
