@@ -63,3 +63,8 @@ def check_short_training_run(recipe: str, tiny_model: Path, tmp_path: Path, *fla
 def budget(max_total_tokens: int) -> list[str]:
     """The flag of a trajectory's token budget (the tiny model's tokenizer spends more)."""
     return ["--set", f"rollout.max_total_tokens={max_total_tokens}"]
+
+
+def json_call(name: str, **arguments: Any) -> str:
+    """A Hermes-style ``<tool_call>`` block, as a JSON-calling model writes it."""
+    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"

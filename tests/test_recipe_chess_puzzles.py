@@ -19,6 +19,7 @@ from tests.recipe_checks import (
     budget,
     check_short_training_run,
     check_tiny_model_rollout,
+    json_call,
     write_jsonl,
 )
 
@@ -489,15 +490,12 @@ def test_short_training_run_completes(tiny_model, tmp_path):
 
 @needs_stockfish
 def test_all_three_tools_through_json_tool_calls(tiny_model, tmp_path):
-    def call(name, **arguments):
-        return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
-
     script = [
         {
             "responses": [
-                call("chess_board"),
-                call("chess_legal_moves"),
-                call("chess_move", move=M1["solution_san"][0]),
+                json_call("chess_board"),
+                json_call("chess_legal_moves"),
+                json_call("chess_move", move=M1["solution_san"][0]),
             ]
         }
     ]

@@ -23,6 +23,7 @@ from tests.recipe_checks import (
     budget,
     check_short_training_run,
     check_tiny_model_rollout,
+    json_call,
     write_jsonl,
 )
 
@@ -181,6 +182,26 @@ def test_scripted_policy_gets_max_and_min_reward(tiny_model, tmp_path):
     assert len(trajectories[2].tool_calls) == 3
     failed = trajectories[4].tool_calls[0]
     assert failed.status == "ok" and "ZeroDivisionError" in failed.observation
+
+
+def test_json_tool_calls_run_multi_line_code(tiny_model, tmp_path):
+    """With a JSON-calling model (hermes parser, no stop at the first newline) a cell may hold
+    several lines of code."""
+    code = "from fractions import Fraction\nx = Fraction(6, 5)\nprint(3 * x + 4 == 10 - 2 * x, x)"
+    script = [{"responses": [json_call("python", code=code), json_call("answer", answer="6/5")]}]
+    row = {"question": "Find x if 3x + 4 = 10 - 2x.", "answer": "6/5"}
+    out = tmp_path / "out.jsonl"
+    result = agentfly(
+        "rollout", "code_math", "--model", tiny_model, "--backend", "scripted",
+        "--script", write_jsonl(tmp_path / "script.jsonl", script),
+        "--data", write_jsonl(tmp_path / "data.jsonl", [row]), "--parser", "hermes",
+        "--n", "1", "--out", out, "--quiet", *SMALL_RUN, "--set", "rollout.stop=[]",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    (trajectory,) = read_trajectories(out)
+    assert [c.name for c in trajectory.tool_calls] == ["python", "answer"]
+    assert trajectory.tool_calls[0].observation.strip() == "True 6/5"
+    assert trajectory.finish_reason == "terminal_tool" and trajectory.reward == 1.0
 
 
 def test_tiny_model_rollout_gives_valid_trajectories(tiny_model, tmp_path):

@@ -22,6 +22,7 @@ from tests.recipe_checks import (
     agentfly,
     check_short_training_run,
     check_tiny_model_rollout,
+    json_call,
     write_jsonl,
 )
 
@@ -375,18 +376,15 @@ def test_short_training_run_completes(tiny_model, tmp_path):
 
 
 def test_all_tools_through_json_tool_calls(tiny_model, tmp_path, sim):
-    def call(name, **arguments):
-        return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
-
     solve = gold(sim, LIFESPAN)
     script = [
         {
             "responses": [
-                call("sw_task"),
-                call("sw_look"),
-                call("sw_actions", contains="focus"),
-                call("sw_inventory"),
-                *(call("sw_act", action=a) for a in solve),
+                json_call("sw_task"),
+                json_call("sw_look"),
+                json_call("sw_actions", contains="focus"),
+                json_call("sw_inventory"),
+                *(json_call("sw_act", action=a) for a in solve),
             ]
         }
     ]

@@ -22,6 +22,7 @@ from tests.recipe_checks import (
     budget,
     check_short_training_run,
     check_tiny_model_rollout,
+    json_call,
     write_jsonl,
 )
 
@@ -303,6 +304,35 @@ def test_env_runs_in_child_processes(tiny_model, tmp_path):
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     assert [t.reward for t in read_trajectories(out)] == [1.0, 1.0]
+
+
+def test_json_tool_calls_can_pass_k(tiny_model, tmp_path):
+    """With a JSON-calling model (hermes parser, no stop at the first newline) a search may ask
+    for its own number of documents."""
+    first, *_ = TWO_HOPS["hops"]
+    script = [
+        {
+            "responses": [
+                json_call("search", query=first["query"], k=1),
+                *[json_call("search", query=h["query"]) for h in TWO_HOPS["hops"][1:]],
+                json_call("answer", answer=TWO_HOPS["answer"]),
+            ]
+        }
+    ]
+    out = tmp_path / "out.jsonl"
+    result = agentfly(
+        "rollout", "search_qa", "--model", tiny_model, "--backend", "scripted",
+        "--script", write_jsonl(tmp_path / "script.jsonl", script),
+        "--data", write_jsonl(tmp_path / "data.jsonl", [TWO_HOPS]), "--parser", "hermes",
+        "--n", "1", "--out", out, "--quiet", *SMALL_RUN, "--set", "rollout.stop=[]",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    (trajectory,) = read_trajectories(out)
+    calls = trajectory.tool_calls
+    assert [c.name for c in calls] == ["search"] * len(TWO_HOPS["hops"]) + ["answer"]
+    assert all(c.status == "ok" for c in calls)
+    assert calls[0].observation.startswith("1. ") and "\n2. " not in calls[0].observation
+    assert trajectory.finish_reason == "terminal_tool" and trajectory.reward == 1.0
 
 
 def test_tiny_model_rollout_gives_valid_trajectories(tiny_model, tmp_path):

@@ -18,6 +18,7 @@ from tests.recipe_checks import (
     budget,
     check_short_training_run,
     check_tiny_model_rollout,
+    json_call,
     write_jsonl,
 )
 
@@ -367,18 +368,15 @@ def test_short_training_run_completes(tiny_model, tmp_path):
 
 
 def test_all_four_tools_through_json_tool_calls(tiny_model, tmp_path):
-    def call(name, **arguments):
-        return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
-
     take, put = EASY["walkthrough"]
     script = [
         {
             "responses": [
-                call("tw_look"),
-                call("tw_commands"),
-                call("tw_act", command=take),
-                call("tw_inventory"),
-                call("tw_act", command=put),
+                json_call("tw_look"),
+                json_call("tw_commands"),
+                json_call("tw_act", command=take),
+                json_call("tw_inventory"),
+                json_call("tw_act", command=put),
             ]
         }
     ]
