@@ -68,3 +68,19 @@ def budget(max_total_tokens: int) -> list[str]:
 def json_call(name: str, **arguments: Any) -> str:
     """A Hermes-style ``<tool_call>`` block, as a JSON-calling model writes it."""
     return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
+
+
+def scripted_rollout(
+    recipe: str, tiny_model: Path, tmp_path: Path, script: list[dict], rows: list[dict], *flags
+) -> list:
+    """Roll out ``recipe`` on ``rows`` with the scripted backend (``script``: one
+    ``{"responses": [...]}`` per chain) and the tiny model's tokenizer; the trajectories."""
+    out = tmp_path / "out.jsonl"
+    result = agentfly(
+        "rollout", recipe, "--model", tiny_model, "--backend", "scripted",
+        "--script", write_jsonl(tmp_path / "script.jsonl", script),
+        "--data", write_jsonl(tmp_path / "data.jsonl", rows),
+        "--out", out, "--quiet", *flags,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    return read_trajectories(out)

@@ -13,14 +13,13 @@ from pathlib import Path
 import pytest
 
 from agentfly_cli.errors import UserError
-from agentfly_cli.rollout.trajectory import read_trajectories
 from tests.recipe_checks import (
     agentfly,
     budget,
     check_short_training_run,
     check_tiny_model_rollout,
     json_call,
-    write_jsonl,
+    scripted_rollout,
 )
 
 chess = pytest.importorskip("chess", reason="python-chess is not installed (pip install chess)")
@@ -438,16 +437,10 @@ def test_scripted_policy_gets_max_and_min_reward(tiny_model, tmp_path):
         {"responses": ["MOVE: Kh9", f"MOVE: {wrong_move(M1)}"]},  # an illegal move, then fails
         {"responses": ["I give up."]},  # never moves
     ]
-    out = tmp_path / "out.jsonl"
     before = set(stockfish_children())
-    result = agentfly(
-        "rollout", "chess_puzzles", "--model", tiny_model, "--backend", "scripted",
-        "--script", write_jsonl(tmp_path / "script.jsonl", script),
-        "--data", write_jsonl(tmp_path / "data.jsonl", rows),
-        "--n", "2", "--out", out, "--quiet", *SMALL_RUN,
-    )  # fmt: skip
-    assert result.exit_code == 0, result.output
-    trajectories = read_trajectories(out)
+    trajectories = scripted_rollout(
+        "chess_puzzles", tiny_model, tmp_path, script, rows, "--n", "2", *SMALL_RUN
+    )
     assert len(trajectories) == 6
     for trajectory in trajectories:
         trajectory.check()
@@ -466,16 +459,11 @@ def test_scripted_policy_gets_max_and_min_reward(tiny_model, tmp_path):
 @needs_stockfish
 def test_env_runs_in_child_processes(tiny_model, tmp_path):
     script = [{"responses": [f"MOVE: {M1['solution'][0]}"]}]
-    out = tmp_path / "out.jsonl"
-    result = agentfly(
-        "rollout", "chess_puzzles", "--model", tiny_model, "--backend", "scripted",
-        "--script", write_jsonl(tmp_path / "script.jsonl", script),
-        "--data", write_jsonl(tmp_path / "data.jsonl", [M1]),
-        "--n", "2", "--out", out, "--quiet", *SMALL_RUN,
-        "--set", "envs.chess.provider=process",
+    trajectories = scripted_rollout(
+        "chess_puzzles", tiny_model, tmp_path, script, [M1],
+        "--n", "2", *SMALL_RUN, "--set", "envs.chess.provider=process",
     )  # fmt: skip
-    assert result.exit_code == 0, result.output
-    assert [t.reward for t in read_trajectories(out)] == [1.0, 1.0]
+    assert [t.reward for t in trajectories] == [1.0, 1.0]
 
 
 @needs_stockfish
@@ -499,15 +487,10 @@ def test_all_three_tools_through_json_tool_calls(tiny_model, tmp_path):
             ]
         }
     ]
-    out = tmp_path / "out.jsonl"
-    result = agentfly(
-        "rollout", "chess_puzzles", "--model", tiny_model, "--backend", "scripted",
-        "--script", write_jsonl(tmp_path / "script.jsonl", script),
-        "--data", write_jsonl(tmp_path / "data.jsonl", [M1]), "--parser", "hermes",
-        "--n", "1", "--out", out, "--quiet", *SMALL_RUN, "--set", "rollout.stop=[]",
+    (trajectory,) = scripted_rollout(
+        "chess_puzzles", tiny_model, tmp_path, script, [M1],
+        "--parser", "hermes", "--n", "1", *SMALL_RUN, "--set", "rollout.stop=[]",
     )  # fmt: skip
-    assert result.exit_code == 0, result.output
-    (trajectory,) = read_trajectories(out)
     assert [c.name for c in trajectory.tool_calls] == [
         "chess_board", "chess_legal_moves", "chess_move",
     ]  # fmt: skip

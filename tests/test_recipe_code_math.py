@@ -15,16 +15,14 @@ import pytest
 
 from agentfly_cli.chat.parsers import get_parser
 from agentfly_cli.config import load_config
-from agentfly_cli.rollout.trajectory import read_trajectories
 from envs_builtin.python_sandbox import PythonSandboxEnv, python
 from rewards_builtin.scoring import math_equal_score
 from tests.recipe_checks import (
-    agentfly,
     budget,
     check_short_training_run,
     check_tiny_model_rollout,
     json_call,
-    write_jsonl,
+    scripted_rollout,
 )
 
 pytestmark = pytest.mark.filterwarnings("ignore::envs_builtin.python_sandbox.SandboxWarning")
@@ -162,15 +160,10 @@ def test_scripted_policy_gets_max_and_min_reward(tiny_model, tmp_path):
         },
         {"responses": ["PYTHON: 1/0", "ANSWER: 12345"]},  # an error, then a wrong answer
     ]
-    out = tmp_path / "out.jsonl"
-    result = agentfly(
-        "rollout", "code_math", "--model", tiny_model, "--backend", "scripted",
-        "--script", write_jsonl(tmp_path / "script.jsonl", script),
-        "--data", write_jsonl(tmp_path / "data.jsonl", rows),
-        "--n", "2", "--out", out, "--quiet", *SMALL_RUN,
+    trajectories = scripted_rollout(
+        "code_math", tiny_model, tmp_path, script, rows,
+        "--n", "2", *SMALL_RUN,
     )  # fmt: skip
-    assert result.exit_code == 0, result.output
-    trajectories = read_trajectories(out)
     assert len(trajectories) == 6
     for trajectory in trajectories:
         trajectory.check()
@@ -190,15 +183,10 @@ def test_json_tool_calls_run_multi_line_code(tiny_model, tmp_path):
     code = "from fractions import Fraction\nx = Fraction(6, 5)\nprint(3 * x + 4 == 10 - 2 * x, x)"
     script = [{"responses": [json_call("python", code=code), json_call("answer", answer="6/5")]}]
     row = {"question": "Find x if 3x + 4 = 10 - 2x.", "answer": "6/5"}
-    out = tmp_path / "out.jsonl"
-    result = agentfly(
-        "rollout", "code_math", "--model", tiny_model, "--backend", "scripted",
-        "--script", write_jsonl(tmp_path / "script.jsonl", script),
-        "--data", write_jsonl(tmp_path / "data.jsonl", [row]), "--parser", "hermes",
-        "--n", "1", "--out", out, "--quiet", *SMALL_RUN, "--set", "rollout.stop=[]",
+    (trajectory,) = scripted_rollout(
+        "code_math", tiny_model, tmp_path, script, [row],
+        "--parser", "hermes", "--n", "1", *SMALL_RUN, "--set", "rollout.stop=[]",
     )  # fmt: skip
-    assert result.exit_code == 0, result.output
-    (trajectory,) = read_trajectories(out)
     assert [c.name for c in trajectory.tool_calls] == ["python", "answer"]
     assert trajectory.tool_calls[0].observation.strip() == "True 6/5"
     assert trajectory.finish_reason == "terminal_tool" and trajectory.reward == 1.0

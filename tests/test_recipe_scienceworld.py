@@ -17,13 +17,11 @@ import pytest
 
 import agentfly_cli
 from agentfly_cli.errors import UserError
-from agentfly_cli.rollout.trajectory import read_trajectories
 from tests.recipe_checks import (
-    agentfly,
     check_short_training_run,
     check_tiny_model_rollout,
     json_call,
-    write_jsonl,
+    scripted_rollout,
 )
 
 pytest.importorskip(
@@ -347,16 +345,10 @@ def test_scripted_policy_gets_max_and_min_reward(tiny_model, tmp_path, sim):
         {"responses": ["ACTION: look around", "ACTION: focus on air"]},  # a wrong focus: failed
         {"responses": ["I do not know."]},  # never acts
     ]
-    out = tmp_path / "out.jsonl"
     before = set(java_children())
-    result = agentfly(
-        "rollout", "scienceworld", "--model", tiny_model, "--backend", "scripted",
-        "--script", write_jsonl(tmp_path / "script.jsonl", script),
-        "--data", write_jsonl(tmp_path / "data.jsonl", rows),
-        "--n", "2", "--out", out, "--quiet", *SMALL_RUN,
-    )  # fmt: skip
-    assert result.exit_code == 0, result.output
-    trajectories = read_trajectories(out)
+    trajectories = scripted_rollout(
+        "scienceworld", tiny_model, tmp_path, script, rows, "--n", "2", *SMALL_RUN
+    )
     assert len(trajectories) == 6
     for trajectory in trajectories:
         trajectory.check()
@@ -388,17 +380,11 @@ def test_all_tools_through_json_tool_calls(tiny_model, tmp_path, sim):
             ]
         }
     ]
-    out = tmp_path / "out.jsonl"
-    result = agentfly(
-        "rollout", "scienceworld", "--model", tiny_model, "--backend", "scripted",
-        "--script", write_jsonl(tmp_path / "script.jsonl", script),
-        "--data", write_jsonl(tmp_path / "data.jsonl", [LIFESPAN]),
+    (trajectory,) = scripted_rollout(
+        "scienceworld", tiny_model, tmp_path, script, [LIFESPAN],
         "--tools", "sw_act,sw_look,sw_inventory,sw_task,sw_actions", "--parser", "hermes",
-        "--n", "1", "--out", out, "--quiet", *SMALL_RUN, "--set", "rollout.stop=[]",
-        "--set", "rollout.max_turns=20",
+        "--n", "1", *SMALL_RUN, "--set", "rollout.stop=[]", "--set", "rollout.max_turns=20",
     )  # fmt: skip
-    assert result.exit_code == 0, result.output
-    (trajectory,) = read_trajectories(out)
     names = [c.name for c in trajectory.tool_calls]
     assert names[:4] == ["sw_task", "sw_look", "sw_actions", "sw_inventory"]
     assert all(c.status == "ok" for c in trajectory.tool_calls)

@@ -16,13 +16,12 @@ import pytest
 
 from agentfly_cli.config import load_config
 from agentfly_cli.errors import UserError
-from agentfly_cli.rollout.trajectory import read_trajectories
 from tests.recipe_checks import (
-    agentfly,
     budget,
     check_short_training_run,
     check_tiny_model_rollout,
     json_call,
+    scripted_rollout,
     write_jsonl,
 )
 
@@ -266,15 +265,10 @@ def test_scripted_policy_gets_max_and_min_reward(tiny_model, tmp_path):
         {"responses": ["SEARCH: ", "SEARCH: the", "ANSWER: nobody knows"]},  # fails: 0.0
         {"responses": [*solve(TWO_HOPS)[:-1], f"ANSWER: {first_name}"]},  # half the name
     ]
-    out = tmp_path / "out.jsonl"
-    result = agentfly(
-        "rollout", "search_qa", "--model", tiny_model, "--backend", "scripted",
-        "--script", write_jsonl(tmp_path / "script.jsonl", script),
-        "--data", write_jsonl(tmp_path / "data.jsonl", rows),
-        "--n", "2", "--out", out, "--quiet", *SMALL_RUN,
+    trajectories = scripted_rollout(
+        "search_qa", tiny_model, tmp_path, script, rows,
+        "--n", "2", *SMALL_RUN,
     )  # fmt: skip
-    assert result.exit_code == 0, result.output
-    trajectories = read_trajectories(out)
     assert len(trajectories) == 6
     for trajectory in trajectories:
         trajectory.check()
@@ -293,17 +287,12 @@ def test_scripted_policy_gets_max_and_min_reward(tiny_model, tmp_path):
 
 
 def test_env_runs_in_child_processes(tiny_model, tmp_path):
-    out = tmp_path / "out.jsonl"
     script = [{"responses": [*solve(TWO_HOPS)[:1], "SEARCH: ", *solve(TWO_HOPS)[1:]]}]
-    result = agentfly(
-        "rollout", "search_qa", "--model", tiny_model, "--backend", "scripted",
-        "--script", write_jsonl(tmp_path / "script.jsonl", script),
-        "--data", write_jsonl(tmp_path / "data.jsonl", [TWO_HOPS]),
-        "--n", "2", "--out", out, "--quiet", *SMALL_RUN,
-        "--set", "envs.search.provider=process",
+    trajectories = scripted_rollout(
+        "search_qa", tiny_model, tmp_path, script, [TWO_HOPS],
+        "--n", "2", *SMALL_RUN, "--set", "envs.search.provider=process",
     )  # fmt: skip
-    assert result.exit_code == 0, result.output
-    assert [t.reward for t in read_trajectories(out)] == [1.0, 1.0]
+    assert [t.reward for t in trajectories] == [1.0, 1.0]
 
 
 def test_json_tool_calls_can_pass_k(tiny_model, tmp_path):
@@ -319,15 +308,10 @@ def test_json_tool_calls_can_pass_k(tiny_model, tmp_path):
             ]
         }
     ]
-    out = tmp_path / "out.jsonl"
-    result = agentfly(
-        "rollout", "search_qa", "--model", tiny_model, "--backend", "scripted",
-        "--script", write_jsonl(tmp_path / "script.jsonl", script),
-        "--data", write_jsonl(tmp_path / "data.jsonl", [TWO_HOPS]), "--parser", "hermes",
-        "--n", "1", "--out", out, "--quiet", *SMALL_RUN, "--set", "rollout.stop=[]",
+    (trajectory,) = scripted_rollout(
+        "search_qa", tiny_model, tmp_path, script, [TWO_HOPS],
+        "--parser", "hermes", "--n", "1", *SMALL_RUN, "--set", "rollout.stop=[]",
     )  # fmt: skip
-    assert result.exit_code == 0, result.output
-    (trajectory,) = read_trajectories(out)
     calls = trajectory.tool_calls
     assert [c.name for c in calls] == ["search"] * len(TWO_HOPS["hops"]) + ["answer"]
     assert all(c.status == "ok" for c in calls)

@@ -12,14 +12,12 @@ import time
 import pytest
 
 from agentfly_cli.errors import UserError
-from agentfly_cli.rollout.trajectory import read_trajectories
 from tests.recipe_checks import (
-    agentfly,
     budget,
     check_short_training_run,
     check_tiny_model_rollout,
     json_call,
-    write_jsonl,
+    scripted_rollout,
 )
 
 pytest.importorskip("textworld", reason="textworld is not installed (pip install textworld)")
@@ -327,15 +325,10 @@ def test_scripted_policy_gets_max_and_min_reward(tiny_model, tmp_path):
         {"responses": ["ACTION: look", "ACTION: eat the desk", "I give up."]},  # fails
         {"responses": [f"ACTION: {c}" for c in FIRST_GOAL] + ["ACTION: dance", "I give up."]},
     ]
-    out = tmp_path / "out.jsonl"
-    result = agentfly(
-        "rollout", "textworld", "--model", tiny_model, "--backend", "scripted",
-        "--script", write_jsonl(tmp_path / "script.jsonl", script),
-        "--data", write_jsonl(tmp_path / "data.jsonl", rows),
-        "--n", "2", "--out", out, "--quiet", *SMALL_RUN,
+    trajectories = scripted_rollout(
+        "textworld", tiny_model, tmp_path, script, rows,
+        "--n", "2", *SMALL_RUN,
     )  # fmt: skip
-    assert result.exit_code == 0, result.output
-    trajectories = read_trajectories(out)
     assert len(trajectories) == 6
     for trajectory in trajectories:
         trajectory.check()
@@ -347,16 +340,11 @@ def test_scripted_policy_gets_max_and_min_reward(tiny_model, tmp_path):
 
 def test_env_runs_in_child_processes(tiny_model, tmp_path):
     script = [{"responses": [f"ACTION: {c}" for c in EASY["walkthrough"]]}]
-    out = tmp_path / "out.jsonl"
-    result = agentfly(
-        "rollout", "textworld", "--model", tiny_model, "--backend", "scripted",
-        "--script", write_jsonl(tmp_path / "script.jsonl", script),
-        "--data", write_jsonl(tmp_path / "data.jsonl", [EASY]),
-        "--n", "2", "--out", out, "--quiet", *SMALL_RUN,
-        "--set", "envs.textworld.provider=process",
+    trajectories = scripted_rollout(
+        "textworld", tiny_model, tmp_path, script, [EASY],
+        "--n", "2", *SMALL_RUN, "--set", "envs.textworld.provider=process",
     )  # fmt: skip
-    assert result.exit_code == 0, result.output
-    assert [t.reward for t in read_trajectories(out)] == [1.0, 1.0]
+    assert [t.reward for t in trajectories] == [1.0, 1.0]
 
 
 def test_tiny_model_rollout_gives_valid_trajectories(tiny_model, tmp_path):
@@ -380,16 +368,11 @@ def test_all_four_tools_through_json_tool_calls(tiny_model, tmp_path):
             ]
         }
     ]
-    out = tmp_path / "out.jsonl"
-    result = agentfly(
-        "rollout", "textworld", "--model", tiny_model, "--backend", "scripted",
-        "--script", write_jsonl(tmp_path / "script.jsonl", script),
-        "--data", write_jsonl(tmp_path / "data.jsonl", [EASY]),
+    (trajectory,) = scripted_rollout(
+        "textworld", tiny_model, tmp_path, script, [EASY],
         "--tools", "tw_act,tw_look,tw_inventory,tw_commands", "--parser", "hermes",
-        "--n", "1", "--out", out, "--quiet", *SMALL_RUN, "--set", "rollout.stop=[]",
+        "--n", "1", *SMALL_RUN, "--set", "rollout.stop=[]",
     )  # fmt: skip
-    assert result.exit_code == 0, result.output
-    (trajectory,) = read_trajectories(out)
     assert [c.name for c in trajectory.tool_calls] == [
         "tw_look", "tw_commands", "tw_act", "tw_inventory", "tw_act",
     ]  # fmt: skip
