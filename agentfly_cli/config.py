@@ -30,6 +30,11 @@ class DataConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     path: str | None = Field(None, description="JSONL, JSON, Parquet or a datasets folder")
+    where: dict[str, Any] = Field(
+        default_factory=dict,
+        description="keep only rows whose field equals the value, or one of a list of values "
+        "(e.g. where: {kind: [shopping, change]}); applied before limit",
+    )
     limit: int | None = Field(None, ge=1, description="use only the first rows")
 
 

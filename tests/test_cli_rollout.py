@@ -140,9 +140,22 @@ def test_recipe_with_overrides(tiny_model, files):
     assert json.loads(result.stdout)["summary"]["chains"] == 2
 
 
+def test_where_selects_tasks_by_field(tiny_model, files):
+    result = agentfly("eval", *scripted_args(tiny_model, files, "--where", "id=t1"), "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["summary"]["tasks"] == 1 and report["summary"]["chains"] == 2
+    assert [task["id"] for task in report["eval"]["tasks"]] == ["t1"]
+    both = agentfly("eval", *scripted_args(tiny_model, files, "--where", "id=t1,t0"), "--json")
+    assert [task["id"] for task in json.loads(both.stdout)["eval"]["tasks"]] == ["t0", "t1"]
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
+        (["--where", "id"], "--where 'id': expected FIELD=VALUE"),
+        (["--where", "id=t9"], "data.where.id=t9 keeps none of 2 rows"),
+        (["--where", "idx=t1"], "data.where.idx: no row of"),
         (["--set", "rollout.nn=3"], "rollout.nn: unknown key; did you mean 'n'?"),
         (["--set", "rollout.n=0"], "rollout.n"),
         (["--set", "envs.python.poolmax=3"], "envs.python.poolmax: unknown key; did you mean"),

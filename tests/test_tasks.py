@@ -7,7 +7,7 @@ import json
 import pytest
 
 from agentfly_cli.errors import UserError
-from agentfly_cli.rollout.tasks import load_tasks, opening_messages
+from agentfly_cli.rollout.tasks import load_tasks, opening_messages, select_rows
 
 ROWS = [
     {"question": "What is 2 + 3?", "answer": "5"},
@@ -80,3 +80,46 @@ def test_opening_messages_order_and_system_prompt():
     own = opening_messages(ROWS[1], "Recipe system prompt", examples)
     assert own[0] == {"role": "system", "content": "Be brief."}
     assert [m["role"] for m in own] == ["system", "user", "assistant", "user"]
+
+
+KINDS = [
+    {"question": "q0", "kind": "shopping", "level": 1},
+    {"question": "q1", "kind": "series", "level": 2},
+    {"question": "q2", "kind": "shopping", "level": 2},
+    {"question": "q3", "kind": "change", "level": "2"},
+    {"question": "q4"},
+]
+
+
+def questions(rows):
+    return [row["question"] for row in rows]
+
+
+def test_where_keeps_matching_rows_before_limit(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in KINDS))
+    assert questions(load_tasks(path, where={"kind": "shopping"})) == ["q0", "q2"]
+    assert questions(load_tasks(path, where={"kind": ["series", "change"]})) == ["q1", "q3"]
+    # fields combine with AND; a number matches its string form and back
+    assert questions(load_tasks(path, where={"kind": "shopping", "level": 2})) == ["q2"]
+    assert questions(load_tasks(path, where={"level": "2"})) == ["q1", "q2", "q3"]
+    # where first, then limit: the first matching row, not the first row
+    assert questions(load_tasks(path, limit=1, where={"kind": "change"})) == ["q3"]
+    assert load_tasks(path, where={}) == KINDS
+
+
+@pytest.mark.parametrize(
+    ("where", "message"),
+    [
+        ({"knd": "shopping"}, "data.where.knd: no row of the data has a field 'knd'; "
+         "its fields: question, kind, level"),
+        ({"kind": "shoping"}, "data.where.kind=shoping keeps none of 4 rows of the data; "
+         "its values: change, series, shopping"),
+        ({"kind": "shopping", "level": 3}, "data.where.level=3 keeps none of 2 rows"),
+        ({"kind": []}, "data.where.kind: an empty list keeps no rows"),
+    ],
+)
+def test_where_that_keeps_nothing_names_the_field_and_the_values(where, message):
+    with pytest.raises(UserError) as error:
+        select_rows(KINDS, where)
+    assert message in str(error.value)

@@ -27,6 +27,9 @@ REWARD = typer.Option(None, "--reward", help="Reward name (or module:attr).")
 N = typer.Option(None, "--n", help="Chains per task.", min=1)
 MAX_TURNS = typer.Option(None, "--max-turns", help="Assistant turns per chain.", min=1)
 LIMIT = typer.Option(None, "--limit", help="Use only the first N tasks.", min=1)
+WHERE = typer.Option(
+    None, "--where", help="Keep only tasks whose field matches: --where kind=shopping,change"
+)
 TEMPLATE = typer.Option(None, "--template", help="Chat template: a packaged name or .jinja file.")
 PARSER = typer.Option(None, "--parser", help="Tool-call format: hermes, line, react, ...")
 BASE_URL = typer.Option(None, "--base-url", help="openai backend: server URL (…/v1).")
@@ -46,6 +49,8 @@ def build_config(spec, **flags: Any):
         "backend.base_url": flags.get("base_url"),
         "data.path": flags.get("data"),
         "data.limit": flags.get("limit"),
+        # each --where field is added to the recipe's own data.where (or replaces that field)
+        **{f"data.where.{k}": v for k, v in (parse_where(flags.get("where")) or {}).items()},
         "tools": flags.get("tools"),
         "reward": flags.get("reward"),
         "rollout.n": flags.get("n"),
@@ -57,6 +62,22 @@ def build_config(spec, **flags: Any):
         "out": flags.get("out"),
     }
     return load_config(spec, flags.get("sets") or [], **fields)
+
+
+def parse_where(items: list[str] | None) -> dict[str, Any] | None:
+    """``--where FIELD=VALUE[,VALUE...]`` flags as ``data.where``; None when none were given."""
+    from agentfly_cli.errors import UserError
+
+    if not items:
+        return None
+    where: dict[str, Any] = {}
+    for item in items:
+        field, sep, values = item.partition("=")
+        if not sep or not field.strip() or not values.strip():
+            raise UserError(f"--where {item!r}: expected FIELD=VALUE, e.g. --where kind=shopping")
+        choices = [v.strip() for v in values.split(",") if v.strip()]
+        where[field.strip()] = choices[0] if len(choices) == 1 else choices
+    return where
 
 
 def execute(config, *, quiet: bool, out: str | None):
@@ -194,6 +215,7 @@ def rollout(
     n: int = N,
     max_turns: int = MAX_TURNS,
     limit: int = LIMIT,
+    where: list[str] = WHERE,
     template: str = TEMPLATE,
     parser: str = PARSER,
     base_url: str = BASE_URL,
@@ -223,6 +245,7 @@ def evaluate(
     n: int = N,
     max_turns: int = MAX_TURNS,
     limit: int = LIMIT,
+    where: list[str] = WHERE,
     template: str = TEMPLATE,
     parser: str = PARSER,
     base_url: str = BASE_URL,

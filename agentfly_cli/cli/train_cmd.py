@@ -8,7 +8,18 @@ from pathlib import Path
 import typer
 
 from agentfly_cli.cli.output import handle_errors, print_json, stdout_console
-from agentfly_cli.cli.rollout_cmd import BACKEND, DATA, LIMIT, MODEL, REWARD, SETS, SPEC, TOOLS, N
+from agentfly_cli.cli.rollout_cmd import (
+    BACKEND,
+    DATA,
+    LIMIT,
+    MODEL,
+    REWARD,
+    SETS,
+    SPEC,
+    TOOLS,
+    WHERE,
+    N,
+)
 
 DEFAULT_RECIPE = "calculator"
 
@@ -31,6 +42,7 @@ def train(
     reward: str | None = REWARD,
     n: int | None = N,
     limit: int | None = LIMIT,
+    where: list[str] | None = WHERE,
     steps: int | None = typer.Option(None, "--steps", help="Training steps.", min=1),
     out: str | None = typer.Option(None, "--out", help="Run folder (metrics, plot, checkpoints)."),
     resume: bool = typer.Option(
@@ -53,6 +65,7 @@ def train(
         reward=reward,
         n=n,
         limit=limit,
+        where=where,
         sets=[*([f"trainer.steps={steps}"] if steps else []), *(sets or [])],
     )
     if resume and not (out or config.trainer.out):

@@ -16,8 +16,13 @@ from agentfly_cli.errors import UserError
 ROLES = {"system", "user", "assistant", "tool"}
 
 
-def load_tasks(path: str | Path, limit: int | None = None) -> list[dict[str, Any]]:
-    """Read the task rows of a data file or folder; every row is checked."""
+def load_tasks(
+    path: str | Path, limit: int | None = None, where: Mapping[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """Read the task rows of a data file or folder; every row is checked.
+
+    ``where`` keeps the rows whose fields match (see :func:`select_rows`), before ``limit``.
+    """
     path = Path(path)
     if not path.exists():
         raise UserError(f"data file {str(path)!r} not found; pass --data FILE.jsonl")
@@ -34,13 +39,66 @@ def load_tasks(path: str | Path, limit: int | None = None) -> list[dict[str, Any
             f"data file {str(path)!r} has an unknown format; use .jsonl, .json, .parquet "
             "or a folder saved with datasets' save_to_disk"
         )
-    if limit is not None:
-        rows = rows[:limit]
     if not rows:
         raise UserError(f"data file {str(path)!r} has no rows")
     for number, row in enumerate(rows, 1):
         check_task(row, f"{path} row {number}")
-    return rows
+    if where:
+        rows = select_rows(rows, where, str(path))
+    return rows[:limit] if limit is not None else rows
+
+
+def select_rows(
+    rows: Sequence[Any], where: Mapping[str, Any], source: str = "the data"
+) -> list[Any]:
+    """The rows whose every ``where`` field equals its value, or one of a list of values.
+
+    A value also matches its string form (``--where level=2`` keeps rows with ``"level": 2``
+    or ``"level": "2"``). A field no row has, or a filter that keeps nothing, is a UserError
+    that lists what the data holds.
+    """
+    kept = list(rows)
+    for field, wanted in where.items():
+        allowed = list(wanted) if isinstance(wanted, (list, tuple, set)) else [wanted]
+        if not allowed:
+            raise UserError(f"data.where.{field}: an empty list keeps no rows; give a value")
+        present = [row for row in kept if isinstance(row, Mapping) and field in row]
+        if not present:
+            raise UserError(
+                f"data.where.{field}: no row of {source} has a field {field!r}; "
+                f"its fields: {_field_names(rows)}"
+            )
+        matched = [row for row in present if _matches(row[field], allowed)]
+        if not matched:
+            values = sorted({_show(row[field]) for row in present})
+            shown = ", ".join(values[:20]) + (", ..." if len(values) > 20 else "")
+            raise UserError(
+                f"data.where.{field}={_show(wanted)} keeps none of {len(present)} rows of "
+                f"{source}; its values: {shown}"
+            )
+        kept = matched
+    return kept
+
+
+def _matches(value: Any, allowed: list[Any]) -> bool:
+    for choice in allowed:
+        if value == choice or (not isinstance(value, (dict, list)) and str(value) == str(choice)):
+            return True
+    return False
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, list):
+        return "[" + ", ".join(_show(v) for v in value) + "]"
+    return value if isinstance(value, str) else json.dumps(value, default=str)
+
+
+def _field_names(rows: Sequence[Any]) -> str:
+    names: dict[str, None] = {}
+    for row in rows[:100]:
+        if isinstance(row, Mapping):
+            names.update(dict.fromkeys(map(str, row)))
+    return ", ".join(names) or "none"
 
 
 def check_task(row: Any, where: str) -> None:
