@@ -111,10 +111,16 @@ def test_where_keeps_matching_rows_before_limit(tmp_path):
 @pytest.mark.parametrize(
     ("where", "message"),
     [
-        ({"knd": "shopping"}, "data.where.knd: no row of the data has a field 'knd'; "
-         "its fields: question, kind, level"),
-        ({"kind": "shoping"}, "data.where.kind=shoping keeps none of 4 rows of the data; "
-         "its values: change, series, shopping"),
+        (
+            {"knd": "shopping"},
+            "data.where.knd: no row of the data has a field 'knd'; "
+            "its fields: question, kind, level",
+        ),
+        (
+            {"kind": "shoping"},
+            "data.where.kind=shoping keeps none of 4 rows of the data; "
+            "its values: change, series, shopping",
+        ),
         ({"kind": "shopping", "level": 3}, "data.where.level=3 keeps none of 2 rows"),
         ({"kind": []}, "data.where.kind: an empty list keeps no rows"),
     ],
