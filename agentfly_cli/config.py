@@ -113,6 +113,8 @@ def _format_error(error: ValidationError, source: str) -> str:
     where = ".".join(str(p) for p in first["loc"]) or "(top level)"
     extra = f" (and {error.error_count() - 1} more)" if error.error_count() > 1 else ""
     message = first["msg"]
+    if first["type"] == "value_error":
+        message = message.removeprefix("Value error, ")
     if first["type"] == "extra_forbidden":
         allowed = _allowed_keys(first["loc"][:-1])
         close = difflib.get_close_matches(str(first["loc"][-1]), allowed, n=1)
@@ -239,6 +241,10 @@ def _anchor_paths(data: dict[str, Any], base: Path) -> None:
 
     if isinstance(data.get("data"), dict) and "path" in data["data"]:
         data["data"]["path"] = anchor(data["data"]["path"])
+    trainer = data.get("trainer")
+    evaluation = trainer.get("eval") if isinstance(trainer, dict) else None
+    if isinstance(evaluation, dict) and evaluation.get("path"):
+        evaluation["path"] = anchor(evaluation["path"])
     backend = data.get("backend")
     if isinstance(backend, dict) and "script" in backend:
         backend["script"] = anchor(backend["script"])

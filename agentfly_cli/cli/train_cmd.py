@@ -85,7 +85,14 @@ def train(
         return  # one report per run, from rank 0
     last = result.history[-1] if result.history else {}
     if json_out:
-        print_json({"run_dir": str(result.run_dir), "steps": result.steps, "last": last})
+        print_json(
+            {
+                "run_dir": str(result.run_dir),
+                "steps": result.steps,
+                "last": last,
+                "evals": result.evals,
+            }
+        )
         return
     console = stdout_console()
     console.print(f"run folder: {result.run_dir}  (metrics.jsonl, plot.png, checkpoints/)")

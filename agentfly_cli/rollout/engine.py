@@ -139,14 +139,16 @@ class RolloutEngine:
         batch_id: str = "b0",
         on_finish: Callable[[Trajectory], Any] | None = None,
         task_offset: int = 0,
+        n: int | None = None,
     ) -> list[Trajectory]:
-        """Roll out ``n`` chains for every task, all concurrently under the concurrency bound.
+        """Roll out ``n`` chains (default ``rollout.n``) for every task, all concurrently under
+        the concurrency bound.
 
         Returns trajectories ordered by task, then by sample. ``on_finish`` is called with each
         trajectory as soon as it is scored.
         """
         limit = asyncio.Semaphore(self.settings.concurrency)
-        n = self.settings.n
+        n = self.settings.n if n is None else n
 
         async def one(task_index: int, sample_index: int) -> Trajectory:
             async with limit:

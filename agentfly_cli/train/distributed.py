@@ -51,6 +51,17 @@ def all_sum(value: float) -> float:
     return float(tensor.item())
 
 
+def gather_lists(items: list) -> list:
+    """Every rank's ``items`` (picklable), concatenated in rank order."""
+    if not active():
+        return list(items)
+    import torch.distributed as dist
+
+    gathered: list[list] = [[] for _ in range(dist.get_world_size())]
+    dist.all_gather_object(gathered, list(items))
+    return [item for part in gathered for item in part]
+
+
 #: Metrics that are counts (summed over ranks), minima and maxima; the rest are averaged.
 SUMMED_PREFIXES = (
     "env/",  # each rank has its own env pools

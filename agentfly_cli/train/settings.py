@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agentfly_cli.train.algorithms import AlgorithmConfig
 from agentfly_cli.train.backends.config import TrainBackendConfig
@@ -25,6 +25,48 @@ class TelemetrySettings(BaseModel):
         "offline", description="W&B mode; offline writes under the run folder"
     )
     console: bool = Field(True, description="Rich live progress and one line per step")
+
+
+class EvalSettings(BaseModel):
+    """Held-out evaluation during training: pass@k and mean reward on tasks the run does not
+    train on, before the first step, every ``every`` steps and after the last."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    every: int = Field(0, ge=0, description="evaluate every N steps (and at start and end); 0: off")
+    holdout: float = Field(
+        0.0,
+        ge=0.0,
+        lt=1.0,
+        description="hold this fraction of the data rows out of training (seeded) and "
+        "evaluate on them",
+    )
+    path: str | None = Field(None, description="eval tasks from this file; default: data.path")
+    where: dict[str, Any] = Field(
+        default_factory=dict, description="keep only these eval rows (as data.where)"
+    )
+    limit: int | None = Field(None, ge=1, description="evaluate on at most this many tasks")
+    n: int = Field(4, ge=1, description="chains per eval task (pass@k up to n)")
+    threshold: float = Field(1.0, description="a chain passes when its reward is at least this")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> EvalSettings:
+        if self.holdout and (self.path or self.where):
+            raise ValueError(
+                "holdout takes the eval tasks from the training data; leave path and where "
+                "unset, or set holdout: 0 to use them"
+            )
+        if self.every and not (self.holdout or self.path or self.where):
+            raise ValueError(
+                "every needs eval tasks the run does not train on: set trainer.eval.holdout "
+                "(e.g. 0.1), trainer.eval.path (a data file) or trainer.eval.where (rows of "
+                "the data)"
+            )
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        return self.every > 0
 
 
 class TrainerSettings(BaseModel):
@@ -59,3 +101,4 @@ class TrainerSettings(BaseModel):
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     backend: TrainBackendConfig = Field(default_factory=TrainBackendConfig)
     telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
+    eval: EvalSettings = Field(default_factory=EvalSettings)

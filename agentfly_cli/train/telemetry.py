@@ -165,9 +165,23 @@ class Telemetry:
     # -- logging ---------------------------------------------------------------------------------
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
         """Write the metrics of ``step`` to every sink and update the console."""
+        scalars = self._write(int(step), metrics)
+        if self._show:
+            self._update_console(int(step), scalars)
+
+    def log_eval(self, updates: int, metrics: Mapping[str, Any]) -> None:
+        """Write held-out eval metrics (``eval/*``) taken after ``updates`` steps to every sink,
+        as their own record, and print one line."""
+        from agentfly_cli.train.evaluation import format_eval_line
+
+        scalars = self._write(int(updates), metrics)
+        if self._show:
+            line = format_eval_line(int(updates), scalars)
+            self._console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+    def _write(self, step: int, metrics: Mapping[str, Any]) -> dict[str, float]:
         if self.closed:
             raise RuntimeError("Telemetry.log() after close()")
-        step = int(step)
         record: dict[str, Any] = {"step": step, "time": time.time()}
         record.update((k, _jsonable(v)) for k, v in metrics.items() if k not in record)
         self.records.append(record)
@@ -183,8 +197,7 @@ class Telemetry:
             self._writer.flush()
         if self._wandb_run is not None:
             self._wandb_run.log(scalars, step=step)
-        if self._show:
-            self._update_console(step, scalars)
+        return scalars
 
     def _update_console(self, step: int, scalars: Mapping[str, float]) -> None:
         line = format_step_line(step, self.total_steps, scalars)
@@ -313,7 +326,8 @@ def plot_metrics(
 ) -> Path:
     """Draw the key training curves of a metrics.jsonl file (or its records) into a PNG.
 
-    Panels: reward mean with a band of one std (always drawn), then KL, entropy, grad norm,
+    Panels: reward mean with a band of one std (always drawn; with the held-out eval reward
+    where one was logged), then KL, entropy, grad norm,
     tool error rate, assistant turns and tokens/s, each only when the metric was logged.
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -336,7 +350,8 @@ def plot_metrics(
     steps, mean = _series(records, "reward/mean")
     ax.set_title("reward (mean ± std)")
     if steps:
-        ax.plot(steps, mean, color="tab:blue", marker="." if len(steps) < 50 else None)
+        marker = "." if len(steps) < 50 else None
+        ax.plot(steps, mean, color="tab:blue", marker=marker, label="training rollouts")
         std = dict(zip(*_series(records, "reward/std"), strict=True))
         if std:
             # the band stays within the step's observed min and max (rewards are often bounded)
@@ -351,7 +366,11 @@ def plot_metrics(
                 for s, m in zip(steps, mean, strict=True)
             ]
             ax.fill_between(steps, low, high, color="tab:blue", alpha=0.2, linewidth=0)
-    else:
+    held_steps, held = _series(records, "eval/reward_mean")
+    if held_steps:  # held-out eval, drawn at the number of updates it was taken after
+        ax.plot(held_steps, held, color="tab:green", marker="s", label="held-out eval")
+        ax.legend(loc="best", fontsize="small")
+    if not steps and not held_steps:
         ax.text(0.5, 0.5, "no reward logged", ha="center", va="center", transform=ax.transAxes)
     for ax, (title, (steps, values)) in zip(axes[1:], panels, strict=False):
         ax.plot(steps, values, color="tab:orange", marker="." if len(steps) < 50 else None)

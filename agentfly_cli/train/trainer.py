@@ -63,6 +63,7 @@ class TrainResult:
     steps: int
     history: list[dict[str, float]] = field(default_factory=list)
     is_main: bool = True  # rank 0 (the one that reports)
+    evals: list[dict[str, float]] = field(default_factory=list)  # {"updates", "eval/..."}
 
 
 class ValueHead(torch.nn.Module):
@@ -178,7 +179,14 @@ class Trainer:
                 f"(hf); the {self.engine.backend.name} backend does not: use sync: merge"
             )
         self.chat = self.engine.chat
-        self.stream = TaskStream(self.rollout.tasks, seed=settings.seed, shuffle=settings.shuffle)
+        from agentfly_cli.train.evaluation import split_tasks
+
+        self.eval_split = split_tasks(
+            self.rollout.tasks, settings.eval, data_path=self.config.data.path, seed=settings.seed
+        )
+        self.stream = TaskStream(
+            self.eval_split.train, seed=settings.seed, shuffle=settings.shuffle
+        )
         self.reference = self._load_reference() if alg.needs_reference(self.algo) else None
         self.value_head = None
         self.value_optimizer = None
@@ -260,6 +268,7 @@ class Trainer:
         settings = self.settings
         telemetry_settings = settings.telemetry
         history: list[dict[str, float]] = []
+        evals: list[dict[str, float]] = []
         main = self.train.is_main
         telemetry = (
             Telemetry(
@@ -282,10 +291,15 @@ class Trainer:
                 if self.start_step:
                     await self._sync_weights()  # resumed weights reach the rollout backend
                 with telemetry:
+                    if main:
+                        for note in self.eval_split.notes:
+                            telemetry.warn(note)
                     end = settings.steps
                     if stop_after is not None:
                         end = min(end, self.start_step + stop_after)
                     for step in range(self.start_step, end):
+                        if self._eval_due(step):
+                            evals.append(await self._evaluate(step, telemetry))
                         metrics = await self._step(step)
                         history.append(metrics)
                         if main:
@@ -294,9 +308,42 @@ class Trainer:
                         due = settings.save_every and (step + 1) % settings.save_every == 0
                         if last or due:
                             self._save(step + 1)
+                    if end == settings.steps and self._eval_due(end):
+                        evals.append(await self._evaluate(end, telemetry))
         finally:
             self.train.close()
-        return TrainResult(self.run_dir, settings.steps, history, self.train.is_main)
+        return TrainResult(self.run_dir, settings.steps, history, self.train.is_main, evals)
+
+    def _eval_due(self, updates: int) -> bool:
+        """Held-out eval before the first step, every ``eval.every`` steps, and at the end."""
+        every = self.settings.eval.every
+        return bool(every) and (updates % every == 0 or updates == self.settings.steps)
+
+    async def _evaluate(self, updates: int, telemetry) -> dict[str, float]:
+        """Roll out the eval tasks with the current policy; log and return ``eval/*``."""
+        import time
+
+        from agentfly_cli.train.evaluation import eval_metrics, task_results
+
+        settings = self.settings.eval
+        tasks = self.eval_split.eval
+        share = -(-len(tasks) // self.train.world_size)
+        start = self.train.rank * share
+        mine = tasks[start : start + share]
+        started = time.perf_counter()
+        self.train.model.eval()
+        trajectories = (
+            await self.engine.run(mine, batch_id=f"eval{updates}", task_offset=start, n=settings.n)
+            if mine
+            else []
+        )
+        results = distributed.gather_lists(task_results(trajectories, settings.threshold))
+        metrics = eval_metrics(results, time.perf_counter() - started)
+        if self.settings.save_trajectories and trajectories:
+            self._write_trajectories(f"eval-{updates:06d}", trajectories)
+        if self.train.is_main:
+            telemetry.log_eval(updates, metrics)
+        return {"updates": float(updates), **metrics}
 
     async def _step(self, step: int) -> dict[str, float]:
         from agentfly_cli.train.metrics import StepTimer, rollout_metrics, total_tokens
@@ -309,7 +356,7 @@ class Trainer:
             trajectories = await self._rollout(step, mine)  # this rank's contiguous share
         metrics = rollout_metrics(trajectories)
         if self.settings.save_trajectories:
-            self._write_trajectories(step, trajectories)
+            self._write_trajectories(f"step-{step:06d}", trajectories)
         with timer.section("train"):
             batch = self._prepare(trajectories, metrics)
             if batch is not None or distributed.active():
@@ -327,15 +374,13 @@ class Trainer:
         offset = picked[0][0] if picked else 0
         return await self.engine.run(tasks, batch_id=f"s{step}", task_offset=offset)
 
-    def _write_trajectories(self, step: int, trajectories: list[Trajectory]) -> None:
+    def _write_trajectories(self, stem: str, trajectories: list[Trajectory]) -> None:
         from agentfly_cli.rollout.trajectory import write_trajectories
 
         folder = self.run_dir / "trajectories"
         folder.mkdir(parents=True, exist_ok=True)
         name = (
-            f"step-{step:06d}.jsonl"
-            if self.train.world_size == 1
-            else (f"step-{step:06d}-rank{self.train.rank}.jsonl")
+            f"{stem}.jsonl" if self.train.world_size == 1 else f"{stem}-rank{self.train.rank}.jsonl"
         )
         write_trajectories(folder / name, trajectories)
 

@@ -1,0 +1,120 @@
+"""Held-out evaluation during training: which tasks, and their pass@k as step metrics.
+
+The eval set is either a seeded ``holdout`` fraction of the training rows (removed from
+training) or rows of ``eval.path`` (default: ``data.path``) chosen by ``eval.where``. The
+trainer rolls them out with the current policy before the first step, every ``eval.every``
+steps and after the last, and logs ``eval/*`` metrics under the number of updates done.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentfly_cli.errors import UserError
+from agentfly_cli.rollout.trajectory import Trajectory
+from agentfly_cli.train.settings import EvalSettings
+
+
+@dataclass
+class EvalSplit:
+    """The training tasks and the held-out eval tasks of a run."""
+
+    train: list[dict[str, Any]]
+    eval: list[dict[str, Any]]
+    notes: list[str] = field(default_factory=list)  # warnings for the user (e.g. overlap)
+
+
+def split_tasks(
+    rows: Sequence[dict[str, Any]],
+    settings: EvalSettings,
+    *,
+    data_path: str,
+    seed: int = 0,
+) -> EvalSplit:
+    """The eval tasks, and the training rows that remain. Without eval, all rows train."""
+    from agentfly_cli.rollout.tasks import load_tasks
+
+    rows = list(rows)
+    if not settings.enabled:
+        return EvalSplit(rows, [])
+    if settings.holdout:
+        held = math.ceil(settings.holdout * len(rows))
+        if held >= len(rows):
+            raise UserError(
+                f"trainer.eval.holdout {settings.holdout:g} of {len(rows)} rows leaves none to "
+                "train on; lower it or add data"
+            )
+        order = list(range(len(rows)))
+        random.Random(f"{seed}:holdout").shuffle(order)
+        chosen = set(order[:held])
+        train = [row for i, row in enumerate(rows) if i not in chosen]
+        evaluated = [row for i, row in enumerate(rows) if i in chosen]
+        return EvalSplit(train, evaluated[: settings.limit] if settings.limit else evaluated)
+    evaluated = load_tasks(settings.path or data_path, settings.limit, settings.where)
+    notes = []
+    seen = {_key(row) for row in rows}
+    shared = sum(1 for row in evaluated if _key(row) in seen)
+    if shared:
+        notes.append(
+            f"{shared} of the {len(evaluated)} eval tasks are also training tasks, so eval "
+            "reward is not held out; select disjoint rows (e.g. data.where / trainer.eval.where "
+            "on a split field) or use trainer.eval.holdout"
+        )
+    return EvalSplit(rows, evaluated, notes)
+
+
+def _key(row: Mapping[str, Any]) -> str:
+    return json.dumps(row, sort_keys=True, default=str)
+
+
+def task_results(trajectories: Sequence[Trajectory], threshold: float) -> list[dict[str, Any]]:
+    """One ``{"rewards": [...], "correct": c}`` per task, in task order (mergeable across ranks)."""
+    by_task: dict[int, list[float]] = {}
+    for trajectory in trajectories:
+        reward = trajectory.reward if trajectory.reward is not None else 0.0
+        by_task.setdefault(trajectory.task_index, []).append(float(reward))
+    return [
+        {"rewards": rewards, "correct": sum(1 for r in rewards if r >= threshold)}
+        for _, rewards in sorted(by_task.items())
+    ]
+
+
+def eval_metrics(results: Sequence[Mapping[str, Any]], seconds: float) -> dict[str, float]:
+    """``eval/reward_mean``, ``eval/pass@k`` (k = 1, 2, 4, ..., n), ``eval/tasks`` and
+    ``eval/seconds`` from the per-task results of :func:`task_results`."""
+    from agentfly_cli.rollout.summary import ks_for, pass_at_k
+
+    if not results:
+        return {}
+    n = min(len(r["rewards"]) for r in results)
+    out = {
+        "eval/reward_mean": sum(sum(r["rewards"]) / len(r["rewards"]) for r in results)
+        / len(results),
+        "eval/tasks": float(len(results)),
+        "eval/seconds": float(seconds),
+    }
+    for k in ks_for(n):
+        total = sum(pass_at_k(len(r["rewards"]), r["correct"], k) for r in results)
+        out[f"eval/pass@{k}"] = total / len(results)
+    return out
+
+
+def format_eval_line(updates: int, metrics: Mapping[str, float]) -> str:
+    """One plain line, e.g. ``eval after 5 steps | reward 0.312 | pass@1 0.300 | 16 tasks 9.1s``."""
+    parts = [f"eval after {updates} step{'s' if updates != 1 else ''}"]
+    if "eval/reward_mean" in metrics:
+        parts.append(f"reward {metrics['eval/reward_mean']:.3f}")
+    for key in sorted((k for k in metrics if k.startswith("eval/pass@")), key=_k_order):
+        parts.append(f"{key.removeprefix('eval/')} {metrics[key]:.3f}")
+    if "eval/tasks" in metrics:
+        parts.append(f"{metrics['eval/tasks']:.0f} tasks {metrics.get('eval/seconds', 0):.1f}s")
+    return " | ".join(parts)
+
+
+def _k_order(key: str) -> int:
+    return int(key.rsplit("@", 1)[1])

@@ -1,0 +1,151 @@
+"""Held-out evaluation during training: the eval split, its metrics, and the trainer's records."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from agentfly_cli.cli.app import build_app
+from agentfly_cli.config import load_config
+from agentfly_cli.errors import UserError
+from agentfly_cli.rollout.trajectory import read_trajectories
+from agentfly_cli.train.evaluation import eval_metrics, format_eval_line, split_tasks
+from agentfly_cli.train.settings import EvalSettings
+from agentfly_cli.train.trainer import Trainer
+from tests.test_trainer import make_config, recipe, weights  # noqa: F401 (fixture)
+
+ROWS = [{"id": f"t{i}", "question": f"q{i}", "split": "test" if i % 4 == 0 else "train"}
+        for i in range(20)]  # fmt: skip
+
+
+def test_holdout_is_a_seeded_disjoint_split_of_the_rows():
+    settings = EvalSettings(every=2, holdout=0.25)
+    split = split_tasks(ROWS, settings, data_path="unused.jsonl", seed=7)
+    assert len(split.eval) == 5 and len(split.train) == 15
+    ids = {row["id"] for row in split.eval}
+    assert ids.isdisjoint(row["id"] for row in split.train)
+    assert sorted(ids | {row["id"] for row in split.train}) == sorted(r["id"] for r in ROWS)
+    assert split.train == [row for row in ROWS if row["id"] not in ids]  # data order kept
+    again = split_tasks(ROWS, settings, data_path="unused.jsonl", seed=7)
+    other = split_tasks(ROWS, settings, data_path="unused.jsonl", seed=8)
+    assert again.eval == split.eval and other.eval != split.eval
+    limited = split_tasks(ROWS, EvalSettings(every=2, holdout=0.25, limit=2), data_path="x", seed=7)
+    assert limited.eval == split.eval[:2] and limited.train == split.train
+    assert split.notes == []
+
+
+def test_eval_off_trains_on_every_row_and_a_holdout_must_leave_some():
+    assert split_tasks(ROWS, EvalSettings(), data_path="x").train == ROWS
+    with pytest.raises(UserError, match="leaves none to train on"):
+        split_tasks(ROWS[:1], EvalSettings(every=1, holdout=0.5), data_path="x")
+
+
+def test_eval_where_reads_rows_and_warns_when_they_are_also_trained_on(tmp_path):
+    data = tmp_path / "tasks.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    settings = EvalSettings(every=5, where={"split": "test"})
+    train_rows = [r for r in ROWS if r["split"] == "train"]
+    split = split_tasks(train_rows, settings, data_path=str(data))
+    assert [r["id"] for r in split.eval] == ["t0", "t4", "t8", "t12", "t16"]
+    assert split.train == train_rows and split.notes == []
+    overlapping = split_tasks(ROWS, settings, data_path=str(data))
+    assert overlapping.notes == [
+        "5 of the 5 eval tasks are also training tasks, so eval reward is not held out; select "
+        "disjoint rows (e.g. data.where / trainer.eval.where on a split field) or use "
+        "trainer.eval.holdout"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("sets", "message"),
+    [
+        (["trainer.eval.every=5"], "trainer.eval: every needs eval tasks the run does not train"),
+        (
+            ["trainer.eval.holdout=0.1", "trainer.eval.where={split: test}"],
+            "trainer.eval: holdout takes the eval tasks from the training data",
+        ),
+        (["trainer.eval.holdout=1.5"], "trainer.eval.holdout: Input should be less than 1"),
+        (["trainer.eval.evry=5"], "trainer.eval.evry: unknown key; did you mean 'every'?"),
+    ],
+)
+def test_bad_eval_settings_are_one_line_and_exit_2(sets, message):
+    with pytest.raises(UserError, match="^.*$") as error:
+        load_config("calculator", sets)
+    assert message in str(error.value)
+    args = ["train", "calculator", "--model", "tiny"]
+    for item in sets:
+        args += ["--set", item]
+    result = CliRunner().invoke(build_app(), args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_eval_metrics_are_the_unbiased_pass_at_k_over_tasks():
+    results = [
+        {"rewards": [1.0, 0.0, 0.0, 0.0], "correct": 1},
+        {"rewards": [1.0] * 4, "correct": 4},
+    ]
+    metrics = eval_metrics(results, seconds=2.5)
+    assert metrics["eval/reward_mean"] == pytest.approx(0.625)
+    assert metrics["eval/pass@1"] == pytest.approx((0.25 + 1.0) / 2)
+    assert metrics["eval/pass@2"] == pytest.approx((0.5 + 1.0) / 2)  # 1 - C(3,2)/C(4,2) = 0.5
+    assert metrics["eval/pass@4"] == pytest.approx(1.0)
+    assert metrics["eval/tasks"] == 2 and metrics["eval/seconds"] == 2.5
+    assert eval_metrics([], 0.0) == {}
+    assert format_eval_line(5, metrics) == (
+        "eval after 5 steps | reward 0.625 | pass@1 0.625 | pass@2 0.750 | pass@4 1.000 | "
+        "2 tasks 2.5s"
+    )
+
+
+EVAL_SETS = ("trainer.eval.every=2", "trainer.eval.holdout=0.25", "trainer.eval.n=2")
+
+
+def test_trainer_evaluates_held_out_tasks_at_start_every_and_end(recipe, tmp_path):  # noqa: F811
+    run_dir = tmp_path / "run"
+    config = make_config(recipe, "trainer.steps=3", *EVAL_SETS)
+    result = Trainer(config, run_dir=run_dir, console=False).fit()
+    records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    evals = [r for r in records if "eval/reward_mean" in r]
+    assert [r["step"] for r in evals] == [0, 2, 3]  # before step 1, after 2 updates, at the end
+    assert [r["step"] for r in records if "reward/mean" in r] == [0, 1, 2]
+    for record in evals:
+        assert record["eval/tasks"] == 2  # 25% of 8 rows
+        assert 0.0 <= record["eval/reward_mean"] <= 1.0
+        assert {"eval/pass@1", "eval/pass@2"} <= record.keys()
+    assert [e["updates"] for e in result.evals] == [0, 2, 3]
+    # the held-out tasks are never trained on, and each eval rolls out n=2 chains per task
+    folder = run_dir / "trajectories"
+    held = {t.task["question"] for t in read_trajectories(folder / "eval-000003.jsonl")}
+    assert len(read_trajectories(folder / "eval-000003.jsonl")) == 4 and len(held) == 2
+    trained = {
+        t.task["question"]
+        for step in range(3)
+        for t in read_trajectories(folder / f"step-{step:06d}.jsonl")
+    }
+    assert trained and held.isdisjoint(trained)
+    assert (run_dir / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_resume_with_eval_repeats_nothing_and_matches_a_straight_run(recipe, tmp_path):  # noqa: F811
+    straight = tmp_path / "straight"
+    config = make_config(recipe, "trainer.steps=4", "trainer.save_every=2", *EVAL_SETS)
+    Trainer(config, run_dir=straight, console=False).fit()
+    split = tmp_path / "split"
+    Trainer(config, run_dir=split, console=False).fit(stop_after=2)
+    Trainer(config, run_dir=split, resume=True, console=False).fit()
+
+    def eval_records(run_dir):
+        lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+        return [
+            {k: v for k, v in json.loads(x).items() if k != "time" and k != "eval/seconds"}
+            for x in lines
+            if "eval/" in x
+        ]
+
+    assert [r["step"] for r in eval_records(split)] == [0, 2, 4]
+    assert eval_records(split) == eval_records(straight)
+    a, b = weights(straight, 4), weights(split, 4)
+    assert all(a[name].equal(b[name]) for name in a)
