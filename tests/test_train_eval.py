@@ -126,6 +126,9 @@ def test_trainer_evaluates_held_out_tasks_at_start_every_and_end(recipe, tmp_pat
         for t in read_trajectories(folder / f"step-{step:06d}.jsonl")
     }
     assert trained and held.isdisjoint(trained)
+    # the held-out rows are kept for `agentfly eval --data RUN_DIR/eval_tasks.jsonl`
+    saved = [json.loads(x) for x in (run_dir / "eval_tasks.jsonl").read_text().splitlines()]
+    assert {row["question"] for row in saved} == held
     assert (run_dir / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

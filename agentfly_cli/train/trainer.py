@@ -10,6 +10,7 @@ through ``Backend.update_weights``.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import math
 import random
@@ -37,6 +38,8 @@ from agentfly_cli.train.data import TaskStream
 from agentfly_cli.train.logprobs import AUTO_CHUNK_LOGITS, SequenceBatch, sequence_logprobs
 
 log = logging.getLogger(__name__)
+
+EVAL_TASKS_FILE = "eval_tasks.jsonl"
 
 
 @dataclass
@@ -187,6 +190,8 @@ class Trainer:
         self.stream = TaskStream(
             self.eval_split.train, seed=settings.seed, shuffle=settings.shuffle
         )
+        if self.eval_split.eval and self.train.is_main:
+            self._write_eval_tasks()
         self.reference = self._load_reference() if alg.needs_reference(self.algo) else None
         self.value_head = None
         self.value_optimizer = None
@@ -313,6 +318,12 @@ class Trainer:
         finally:
             self.train.close()
         return TrainResult(self.run_dir, settings.steps, history, self.train.is_main, evals)
+
+    def _write_eval_tasks(self) -> None:
+        """``RUN_DIR/eval_tasks.jsonl``: the held-out rows, for ``agentfly eval --data``."""
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        lines = (json.dumps(row, ensure_ascii=False, default=str) for row in self.eval_split.eval)
+        (self.run_dir / EVAL_TASKS_FILE).write_text("".join(line + "\n" for line in lines))
 
     def _eval_due(self, updates: int) -> bool:
         """Held-out eval before the first step, every ``eval.every`` steps, and at the end."""
