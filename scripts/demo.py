@@ -4,6 +4,10 @@ Runs `agentfly train` (no argument: the default recipe), then reads the run's me
 whether the model learned: the mean reward of the last 3 steps must be at least 0.6 and at
 least 0.3 above the mean of the first 3 steps. Exit code 1 when it did not.
 
+The run also holds 10% of the questions out of training and evaluates 16 of them (4 chains
+each) before the first step, every 5 steps and at the end; the summary reports that held-out
+reward next to the training curve (it is reported, not part of the verdict).
+
 Extra arguments go to `agentfly train` (e.g. `--set trainer.steps=30`).
 """
 
@@ -17,30 +21,42 @@ from pathlib import Path
 
 TARGET_LAST = 0.6
 TARGET_GAIN = 0.3
+HELD_OUT_EVAL = [
+    "--set", "trainer.eval.every=5", "--set", "trainer.eval.holdout=0.1",
+    "--set", "trainer.eval.limit=16",
+]  # fmt: skip
 
 
 def learning_verdict(metrics_path: Path) -> tuple[bool, str]:
     """Did the reward curve rise as the demo promises? And a one-line summary."""
     rewards = []
+    held_out = []
     for line in metrics_path.read_text().splitlines():
         record = json.loads(line)
         if record.get("reward/mean") is not None:
             rewards.append(record["reward/mean"])
+        if record.get("eval/reward_mean") is not None:
+            held_out.append((record["step"], record["eval/reward_mean"]))
     if len(rewards) < 6:
         return False, f"only {len(rewards)} steps were logged; the demo needs at least 6"
     first = sum(rewards[:3]) / 3
     last = sum(rewards[-3:]) / 3
     ok = last >= TARGET_LAST and last - first >= TARGET_GAIN
     curve = " ".join(f"{r:.2f}" for r in rewards)
-    return ok, (
+    summary = (
         f"reward per step: {curve}\nfirst 3 steps {first:.3f} -> last 3 steps {last:.3f} "
         f"(target: last >= {TARGET_LAST} and a gain >= {TARGET_GAIN}): "
         + ("learned" if ok else "did NOT reach the target")
     )
+    if held_out:
+        points = ", ".join(f"{reward:.3f} after {step}" for step, reward in held_out)
+        summary += f"\nheld-out questions (never trained on), mean reward: {points} steps"
+    return ok, summary
 
 
 def main(argv: list[str]) -> int:
     run_dir = Path("runs") / f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
+    argv = [*HELD_OUT_EVAL, *argv]  # later --set flags win
     command = [sys.executable, "-m", "agentfly_cli", "train", "--out", str(run_dir), *argv]
     print(f"$ agentfly train --out {run_dir} {' '.join(argv)}".rstrip(), flush=True)
     started = time.perf_counter()

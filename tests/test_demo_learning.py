@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -39,7 +40,11 @@ def test_demo_learns_tool_use(tmp_path):
     # the calculator's observations are masked: the trajectories record them with mask 0
     from agentfly_cli.rollout.trajectory import read_trajectories
 
-    [first, *_] = sorted((run_dir / "trajectories").iterdir())
+    # held-out questions were evaluated at the start, every 5 steps and at the end
+    assert "held-out questions (never trained on)" in done.stdout, report
+    records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if "eval/reward_mean" in r] == [0, 5, 10, 15, 20]
+    [first, *_] = sorted((run_dir / "trajectories").glob("step-*.jsonl"))
     trajectory = next(t for t in read_trajectories(first) if t.tool_calls)
     observation = next(t for t in trajectory.turns if t.role == "observation")
     assert set(trajectory.loss_mask[observation.start : observation.end]) == {0}

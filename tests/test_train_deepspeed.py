@@ -79,11 +79,22 @@ def test_two_ranks_train_checkpoint_and_resume(tmp_path, tiny_model, stage):
     assert any(not torch.equal(before[n], after[n]) for n in before)
 
 
-def test_the_deepspeed_launcher_works_too(tmp_path, tiny_model):
+def test_the_deepspeed_launcher_works_too_and_ranks_share_the_held_out_eval(tmp_path, tiny_model):
     run_dir = tmp_path / "run"
     zero = "trainer.backend.zero_stage=1"
+    evaluation = ["--set", "trainer.eval.every=1", "--set", "trainer.eval.holdout=0.01",
+                  "--set", "trainer.eval.limit=3", "--set", "trainer.eval.n=2"]  # fmt: skip
     launch(tmp_path, tiny_model, run_dir, "--set", zero, "--set", "trainer.steps=1",
-           launcher=DEEPSPEED)  # fmt: skip
-    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
-    assert len(lines) == 1 and json.loads(lines[0])["grad_norm"] > 0
+           *evaluation, launcher=DEEPSPEED)  # fmt: skip
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = [line for line in lines if "grad_norm" in line]
+    assert len(steps) == 1 and steps[0]["grad_norm"] > 0
     assert (run_dir / "checkpoints" / "step-000001" / "model" / "config.json").is_file()
+    # 3 eval tasks split 2 + 1 over the ranks; rank 0 logs the merged result, once per eval
+    evals = [line for line in lines if "eval/tasks" in line]
+    assert [(e["step"], e["eval/tasks"]) for e in evals] == [(0, 3.0), (1, 3.0)]
+    from agentfly_cli.rollout.trajectory import read_trajectories
+
+    folder = run_dir / "trajectories"
+    shares = [len(read_trajectories(folder / f"eval-000001-rank{r}.jsonl")) for r in (0, 1)]
+    assert shares == [4, 2]  # n=2 chains per task
