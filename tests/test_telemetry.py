@@ -13,7 +13,12 @@ import pytest
 
 from agentfly_cli.errors import UserError
 from agentfly_cli.rollout.trajectory import FINISH_REASONS, ToolCallRecord, Trajectory
-from agentfly_cli.train.metrics import StepTimer, rollout_metrics, total_tokens
+from agentfly_cli.train.metrics import (
+    StepTimer,
+    groups_with_spread,
+    rollout_metrics,
+    total_tokens,
+)
 from agentfly_cli.train.telemetry import Telemetry, format_step_line, plot_metrics, read_metrics
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -80,6 +85,25 @@ def test_rollout_metrics_empty_and_unscored():
     assert all(m[f"finish/{r}"] == 0 for r in FINISH_REASONS)
     m = rollout_metrics([chain(None, 1)])
     assert "reward/mean" not in m and m["rollout/trajectories"] == 1
+
+
+def grouped(group_id: str, reward) -> Trajectory:
+    t = chain(reward, 1)
+    t.group_id = group_id
+    return t
+
+
+def test_groups_with_spread_counts_the_groups_a_group_advantage_learns_from():
+    chains = [
+        grouped("s0:0", 1.0), grouped("s0:0", 0.0),  # spread
+        grouped("s0:1", 0.5), grouped("s0:1", 0.5), grouped("s0:1", None),  # all equal
+        grouped("s0:2", 1.0),  # one chain: not a group
+    ]  # fmt: skip
+    assert groups_with_spread(chains) == 0.5
+    assert rollout_metrics(chains)["reward/groups_with_spread"] == 0.5
+    assert groups_with_spread([grouped("a", 0.0), grouped("a", 0.0)]) == 0.0
+    assert groups_with_spread([grouped("a", 1.0), grouped("b", None)]) is None
+    assert "reward/groups_with_spread" not in rollout_metrics([grouped("a", 1.0)])
 
 
 # -- StepTimer ---------------------------------------------------------------------------

@@ -1,7 +1,9 @@
-"""Held-out evaluation during training: the eval split, its metrics, and the trainer's records."""
+"""Held-out evaluation during training (the eval split, its metrics, the trainer's records), and
+the warning when a group-relative advantage has nothing to learn from."""
 
 from __future__ import annotations
 
+import io
 import json
 
 import pytest
@@ -152,3 +154,18 @@ def test_resume_with_eval_repeats_nothing_and_matches_a_straight_run(recipe, tmp
     assert eval_records(split) == eval_records(straight)
     a, b = weights(straight, 4), weights(split, 4)
     assert all(a[name].equal(b[name]) for name in a)
+
+
+def test_steps_without_reward_spread_warn_once(recipe, tmp_path):  # noqa: F811
+    zero = tmp_path / "zero_reward.py"
+    zero.write_text("def zero(prediction, **fields):\n    return 0.0\n")
+    fields = {**recipe["fields"], "reward": f"{zero}:zero"}
+    config = load_config("calculator", [*recipe["sets"], "trainer.steps=4"], **fields)
+    console = io.StringIO()
+    Trainer(config, run_dir=tmp_path / "run", console_file=console).fit()
+    text = console.getvalue()
+    assert text.count("steps in a row gave all chains of each task the same reward") == 1
+    assert "warning: 3 steps in a row" in text and "(every chain got 0)" in text
+    assert "grpo advantages are zero" in text
+    records = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["reward/groups_with_spread"] for r in records] == [0.0] * 4

@@ -24,6 +24,9 @@ def rollout_metrics(trajectories: Iterable[Trajectory]) -> dict[str, float]:
     in FINISH_REASONS, plus any other reason seen; an empty reason counts as "unknown") and
     ``rollout/trajectories``.
 
+    ``reward/groups_with_spread`` is the share of groups (chains of one task) whose rewards
+    differ: a group-relative advantage (GRPO, RLOO) learns only from those.
+
     Trajectories whose reward is None (not scored) are skipped for the reward statistics
     only; with no scored trajectory the reward keys are absent.
     """
@@ -38,6 +41,10 @@ def rollout_metrics(trajectories: Iterable[Trajectory]) -> dict[str, float]:
         out["reward/std"] = math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards))
         out["reward/min"] = min(rewards)
         out["reward/max"] = max(rewards)
+
+    spread = groups_with_spread(trajectories)
+    if spread is not None:
+        out["reward/groups_with_spread"] = spread
 
     out["turns/mean"] = sum(t.num_turns for t in trajectories) / count if count else 0.0
     out["tokens/sampled"] = float(sum(sum(t.loss_mask) for t in trajectories))
@@ -62,6 +69,19 @@ def rollout_metrics(trajectories: Iterable[Trajectory]) -> dict[str, float]:
     for reason, n in reasons.items():
         out[f"finish/{reason}"] = n / count if count else 0.0
     return out
+
+
+def groups_with_spread(trajectories: Iterable[Trajectory]) -> float | None:
+    """The share of groups of two or more scored chains whose rewards are not all equal;
+    None when there is no such group."""
+    groups: dict[str, list[float]] = {}
+    for t in trajectories:
+        if t.reward is not None:
+            groups.setdefault(t.group_id, []).append(float(t.reward))
+    sizable = [rewards for rewards in groups.values() if len(rewards) > 1]
+    if not sizable:
+        return None
+    return sum(1 for r in sizable if max(r) - min(r) > 1e-9) / len(sizable)
 
 
 def total_tokens(trajectories: Iterable[Trajectory]) -> int:

@@ -40,6 +40,10 @@ from agentfly_cli.train.logprobs import AUTO_CHUNK_LOGITS, SequenceBatch, sequen
 log = logging.getLogger(__name__)
 
 EVAL_TASKS_FILE = "eval_tasks.jsonl"
+#: Advantage estimators that compare the chains of a task: equal rewards give no signal.
+GROUP_RELATIVE = ("grpo", "rloo", "reinforce_pp_baseline")
+#: Steps in a row without a group that has reward spread before the trainer warns.
+FLAT_STEPS_WARNING = 3
 
 
 @dataclass
@@ -123,6 +127,8 @@ class Trainer:
         self.advantage_fn = alg.get_advantage_estimator(self.algo.advantage)
         self.policy_loss_fn = alg.get_policy_loss(self.algo.policy_loss)
         self._warned_sync = False
+        self._flat_steps = 0  # steps in a row where no group had reward spread
+        self._warned_flat = False
 
     # ---- setup -------------------------------------------------------------------------------
     def _setup(self) -> None:
@@ -221,7 +227,7 @@ class Trainer:
     def _check_group_size(self) -> None:
         """Group-relative estimators compare the chains of a task: one chain learns nothing."""
         n = self.config.rollout.n
-        if self.algo.advantage in ("grpo", "rloo", "reinforce_pp_baseline") and n < 2:
+        if self.algo.advantage in GROUP_RELATIVE and n < 2:
             raise UserError(
                 f"trainer.algorithm.advantage {self.algo.advantage} compares the chains of a "
                 f"task, but rollout.n is {n}; set rollout.n to 2 or more (e.g. 8)"
@@ -309,6 +315,7 @@ class Trainer:
                         history.append(metrics)
                         if main:
                             telemetry.log(step, metrics)
+                            self._watch_signal(metrics, telemetry)
                         last = step == end - 1
                         due = settings.save_every and (step + 1) % settings.save_every == 0
                         if last or due:
@@ -318,6 +325,27 @@ class Trainer:
         finally:
             self.train.close()
         return TrainResult(self.run_dir, settings.steps, history, self.train.is_main, evals)
+
+    def _watch_signal(self, metrics: dict[str, float], telemetry) -> None:
+        """Warn once when group-relative advantages have been zero for several steps."""
+        if self.algo.advantage not in GROUP_RELATIVE or self._warned_flat:
+            return
+        if metrics.get("reward/groups_with_spread") != 0.0:
+            self._flat_steps = 0
+            return
+        self._flat_steps += 1
+        if self._flat_steps < FLAT_STEPS_WARNING:
+            return
+        low, high = metrics.get("reward/min"), metrics.get("reward/max")
+        same = f" (every chain got {low:g})" if low is not None and low == high else ""
+        telemetry.warn(
+            f"{self._flat_steps} steps in a row gave all chains of each task the same "
+            f"reward{same}, so {self.algo.advantage} advantages are zero and the model learns "
+            "nothing; the tasks may be too hard or too easy for this model. Look at the "
+            f"trajectories (agentfly view {self.run_dir}/trajectories/...), train on easier "
+            "tasks (--where) or raise rollout.n"
+        )
+        self._warned_flat = True
 
     def _write_eval_tasks(self) -> None:
         """``RUN_DIR/eval_tasks.jsonl``: the held-out rows, for ``agentfly eval --data``."""
