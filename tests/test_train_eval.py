@@ -60,6 +60,25 @@ def test_eval_where_reads_rows_and_warns_when_they_are_also_trained_on(tmp_path)
     ]
 
 
+def test_eval_path_is_read_with_where_and_a_missing_one_is_named(tmp_path):
+    held = tmp_path / "held.jsonl"
+    held.write_text("".join(json.dumps(r) + "\n" for r in ROWS[:6]))
+    settings = EvalSettings(every=1, path=str(held), where={"split": "train"}, limit=3)
+    split = split_tasks(ROWS[6:], settings, data_path="train.jsonl")
+    assert [r["id"] for r in split.eval] == ["t1", "t2", "t3"] and split.train == ROWS[6:]
+    missing = EvalSettings(every=1, path=str(tmp_path / "none.jsonl"))
+    with pytest.raises(UserError, match="trainer.eval.path '.*none.jsonl' not found"):
+        split_tasks(ROWS, missing, data_path="train.jsonl")
+
+
+def test_eval_path_in_a_recipe_is_relative_to_the_recipe(tmp_path):
+    (tmp_path / "held.jsonl").write_text(json.dumps(ROWS[0]) + "\n")
+    recipe_file = tmp_path / "recipe.yaml"
+    recipe_file.write_text("trainer:\n  eval: {every: 2, path: held.jsonl}\n")
+    config = load_config(str(recipe_file))
+    assert config.trainer.eval.path == str(tmp_path / "held.jsonl")
+
+
 @pytest.mark.parametrize(
     ("sets", "message"),
     [

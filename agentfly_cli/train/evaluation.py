@@ -13,6 +13,7 @@ import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from agentfly_cli.errors import UserError
@@ -55,6 +56,10 @@ def split_tasks(
         train = [row for i, row in enumerate(rows) if i not in chosen]
         evaluated = [row for i, row in enumerate(rows) if i in chosen]
         return EvalSplit(train, evaluated[: settings.limit] if settings.limit else evaluated)
+    if settings.path and not Path(settings.path).exists():
+        raise UserError(
+            f"trainer.eval.path {settings.path!r} not found; give a data file of eval tasks"
+        )
     evaluated = load_tasks(settings.path or data_path, settings.limit, settings.where)
     notes = []
     seen = {_key(row) for row in rows}
