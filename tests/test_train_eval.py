@@ -66,6 +66,9 @@ def test_eval_path_is_read_with_where_and_a_missing_one_is_named(tmp_path):
     settings = EvalSettings(every=1, path=str(held), where={"split": "train"}, limit=3)
     split = split_tasks(ROWS[6:], settings, data_path="train.jsonl")
     assert [r["id"] for r in split.eval] == ["t1", "t2", "t3"] and split.train == ROWS[6:]
+    typo = EvalSettings(every=1, path=str(held), where={"split": "tset"})
+    with pytest.raises(UserError, match="^trainer.eval.where.split=tset keeps none of 6 rows"):
+        split_tasks(ROWS, typo, data_path="train.jsonl")
     missing = EvalSettings(every=1, path=str(tmp_path / "none.jsonl"))
     with pytest.raises(UserError, match="trainer.eval.path '.*none.jsonl' not found"):
         split_tasks(ROWS, missing, data_path="train.jsonl")

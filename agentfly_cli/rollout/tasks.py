@@ -17,11 +17,15 @@ ROLES = {"system", "user", "assistant", "tool"}
 
 
 def load_tasks(
-    path: str | Path, limit: int | None = None, where: Mapping[str, Any] | None = None
+    path: str | Path,
+    limit: int | None = None,
+    where: Mapping[str, Any] | None = None,
+    where_key: str = "data.where",
 ) -> list[dict[str, Any]]:
     """Read the task rows of a data file or folder; every row is checked.
 
-    ``where`` keeps the rows whose fields match (see :func:`select_rows`), before ``limit``.
+    ``where`` keeps the rows whose fields match (see :func:`select_rows`), before ``limit``;
+    its errors name the setting ``where_key``.
     """
     path = Path(path)
     if not path.exists():
@@ -44,12 +48,15 @@ def load_tasks(
     for number, row in enumerate(rows, 1):
         check_task(row, f"{path} row {number}")
     if where:
-        rows = select_rows(rows, where, str(path))
+        rows = select_rows(rows, where, str(path), where_key)
     return rows[:limit] if limit is not None else rows
 
 
 def select_rows(
-    rows: Sequence[Any], where: Mapping[str, Any], source: str = "the data"
+    rows: Sequence[Any],
+    where: Mapping[str, Any],
+    source: str = "the data",
+    key: str = "data.where",
 ) -> list[Any]:
     """The rows whose every ``where`` field equals its value, or one of a list of values.
 
@@ -61,11 +68,11 @@ def select_rows(
     for field, wanted in where.items():
         allowed = list(wanted) if isinstance(wanted, (list, tuple, set)) else [wanted]
         if not allowed:
-            raise UserError(f"data.where.{field}: an empty list keeps no rows; give a value")
+            raise UserError(f"{key}.{field}: an empty list keeps no rows; give a value")
         present = [row for row in kept if isinstance(row, Mapping) and field in row]
         if not present:
             raise UserError(
-                f"data.where.{field}: no row of {source} has a field {field!r}; "
+                f"{key}.{field}: no row of {source} has a field {field!r}; "
                 f"its fields: {_field_names(rows)}"
             )
         matched = [row for row in present if _matches(row[field], allowed)]
@@ -73,7 +80,7 @@ def select_rows(
             values = sorted({_show(row[field]) for row in present})
             shown = ", ".join(values[:20]) + (", ..." if len(values) > 20 else "")
             raise UserError(
-                f"data.where.{field}={_show(wanted)} keeps none of {len(present)} rows of "
+                f"{key}.{field}={_show(wanted)} keeps none of {len(present)} rows of "
                 f"{source}; its values: {shown}"
             )
         kept = matched

@@ -60,7 +60,8 @@ def split_tasks(
         raise UserError(
             f"trainer.eval.path {settings.path!r} not found; give a data file of eval tasks"
         )
-    evaluated = load_tasks(settings.path or data_path, settings.limit, settings.where)
+    path = settings.path or data_path
+    evaluated = load_tasks(path, settings.limit, settings.where, "trainer.eval.where")
     notes = []
     seen = {_key(row) for row in rows}
     shared = sum(1 for row in evaluated if _key(row) in seen)

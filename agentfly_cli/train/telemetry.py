@@ -327,8 +327,8 @@ def plot_metrics(
     """Draw the key training curves of a metrics.jsonl file (or its records) into a PNG.
 
     Panels: reward mean with a band of one std (always drawn; with the held-out eval reward
-    where one was logged), then KL, entropy, grad norm,
-    tool error rate, assistant turns and tokens/s, each only when the metric was logged.
+    where one was logged), then KL, entropy, grad norm, tool error rate, assistant turns and
+    tokens/s, each only when the metric was logged.
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
