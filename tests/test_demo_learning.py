@@ -22,7 +22,7 @@ pytestmark = [
 ]
 
 
-@pytest.mark.timeout(45 * 60)  # the run itself: about 8-10 minutes here
+@pytest.mark.timeout(45 * 60)  # the run itself: about 10 minutes here (9.6 with held-out evals)
 def test_demo_learns_tool_use(tmp_path):
     done = subprocess.run(
         [sys.executable, str(REPO / "scripts" / "demo.py"), "--quiet"],
