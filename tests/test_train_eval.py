@@ -12,8 +12,13 @@ from typer.testing import CliRunner
 from agentfly_cli.cli.app import build_app
 from agentfly_cli.config import load_config
 from agentfly_cli.errors import UserError
-from agentfly_cli.rollout.trajectory import read_trajectories
-from agentfly_cli.train.evaluation import eval_metrics, format_eval_line, split_tasks
+from agentfly_cli.rollout.trajectory import Trajectory, read_trajectories
+from agentfly_cli.train.evaluation import (
+    eval_metrics,
+    format_eval_line,
+    split_tasks,
+    task_results,
+)
 from agentfly_cli.train.settings import EvalSettings
 from agentfly_cli.train.trainer import Trainer
 from tests.test_trainer import make_config, recipe, weights  # noqa: F401 (fixture)
@@ -107,11 +112,11 @@ def test_bad_eval_settings_are_one_line_and_exit_2(sets, message):
 
 
 def test_eval_metrics_are_the_unbiased_pass_at_k_over_tasks():
-    results = [
-        {"rewards": [1.0, 0.0, 0.0, 0.0], "correct": 1},
-        {"rewards": [1.0] * 4, "correct": 4},
-    ]
-    metrics = eval_metrics(results, seconds=2.5)
+    rewards = {0: [1.0, 0.0, 0.0, None], 1: [1.0] * 4}  # an unscored chain counts as 0
+    chains = [Trajectory(reward=r, task_index=i) for i, group in rewards.items() for r in group]
+    rows = task_results(chains, threshold=1.0)
+    assert [row["correct"] for row in rows] == [1, 4]
+    metrics = eval_metrics(rows, seconds=2.5)
     assert metrics["eval/reward_mean"] == pytest.approx(0.625)
     assert metrics["eval/pass@1"] == pytest.approx((0.25 + 1.0) / 2)
     assert metrics["eval/pass@2"] == pytest.approx((0.5 + 1.0) / 2)  # 1 - C(3,2)/C(4,2) = 0.5

@@ -79,34 +79,27 @@ def _key(row: Mapping[str, Any]) -> str:
 
 
 def task_results(trajectories: Sequence[Trajectory], threshold: float) -> list[dict[str, Any]]:
-    """One ``{"rewards": [...], "correct": c}`` per task, in task order (mergeable across ranks)."""
-    by_task: dict[int, list[float]] = {}
-    for trajectory in trajectories:
-        reward = trajectory.reward if trajectory.reward is not None else 0.0
-        by_task.setdefault(trajectory.task_index, []).append(float(reward))
-    return [
-        {"rewards": rewards, "correct": sum(1 for r in rewards if r >= threshold)}
-        for _, rewards in sorted(by_task.items())
-    ]
+    """Per-task ``pass@k`` and ``mean@n`` rows (as ``agentfly eval``), mergeable across ranks."""
+    from agentfly_cli.rollout.summary import evaluate
+
+    return evaluate(trajectories, threshold)["tasks"]
 
 
-def eval_metrics(results: Sequence[Mapping[str, Any]], seconds: float) -> dict[str, float]:
+def eval_metrics(rows: Sequence[Mapping[str, Any]], seconds: float) -> dict[str, float]:
     """``eval/reward_mean``, ``eval/pass@k`` (k = 1, 2, 4, ..., n), ``eval/tasks`` and
-    ``eval/seconds`` from the per-task results of :func:`task_results`."""
-    from agentfly_cli.rollout.summary import ks_for, pass_at_k
+    ``eval/seconds``: the means over the task rows of :func:`task_results`."""
+    from agentfly_cli.rollout.summary import ks_for
 
-    if not results:
+    if not rows:
         return {}
-    n = min(len(r["rewards"]) for r in results)
+    n = min(row["n"] for row in rows)
     out = {
-        "eval/reward_mean": sum(sum(r["rewards"]) / len(r["rewards"]) for r in results)
-        / len(results),
-        "eval/tasks": float(len(results)),
+        "eval/reward_mean": sum(row[f"mean@{n}"] for row in rows) / len(rows),
+        "eval/tasks": float(len(rows)),
         "eval/seconds": float(seconds),
     }
     for k in ks_for(n):
-        total = sum(pass_at_k(len(r["rewards"]), r["correct"], k) for r in results)
-        out[f"eval/pass@{k}"] = total / len(results)
+        out[f"eval/pass@{k}"] = sum(row[f"pass@{k}"] for row in rows) / len(rows)
     return out
 
 
