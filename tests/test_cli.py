@@ -200,6 +200,30 @@ def test_recipes_list_shows_the_packaged_recipes():
     assert recipes["calculator"]["path"].endswith("calculator.yaml")
 
 
+def test_recipes_show_lists_the_data_and_what_where_can_select():
+    result = agentfly("recipes", "show", "code_math", "--json")
+    assert result.exit_code == 0, result.output
+    info = json.loads(result.stdout)
+    assert info["plugin"] == "builtin_recipes" and info["path"].endswith("code_math.yaml")
+    assert info["data"]["rows"] == 308
+    assert info["data"]["fields"] == ["id", "question", "answer", "kind", "solution"]
+    assert list(info["data"]["choices"]) == ["kind"]  # ids, questions, answers: too many values
+    assert len(info["data"]["choices"]["kind"]) == 11
+    assert set(info["data"]["choices"]["kind"].values()) == {28}
+    assert info["config"]["tools"] == ["python", "answer"]
+    human = agentfly("recipes", "show", "textworld")
+    assert human.exit_code == 0, human.output
+    for text in ("tw_act", "textworld_score", "48 rows", "--where level=...", "easy (16)"):
+        assert text in human.stdout, text
+
+
+def test_recipes_show_unknown_is_one_line_and_exit_2():
+    result = agentfly("recipes", "show", "code_mth")
+    assert result.exit_code == 2
+    assert "unknown recipe 'code_mth'; did you mean 'code_math'?" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
 def test_help_lists_the_rollout_commands():
     result = agentfly("--help")
     for command in ("rollout", "eval", "view", "models"):

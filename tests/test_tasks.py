@@ -7,7 +7,7 @@ import json
 import pytest
 
 from agentfly_cli.errors import UserError
-from agentfly_cli.rollout.tasks import load_tasks, opening_messages, select_rows
+from agentfly_cli.rollout.tasks import field_choices, load_tasks, opening_messages, select_rows
 
 ROWS = [
     {"question": "What is 2 + 3?", "answer": "5"},
@@ -129,3 +129,15 @@ def test_where_that_keeps_nothing_names_the_field_and_the_values(where, message)
     with pytest.raises(UserError) as error:
         select_rows(KINDS, where)
     assert message in str(error.value)
+
+
+def test_field_choices_lists_the_fields_worth_selecting_on():
+    rows = [*KINDS[:4], {"question": "q4", "kind": "series", "level": 1}]
+    # kind: 3 values; level: 1, 2 and "2" shown as text; question: one value per row
+    assert field_choices(rows) == {
+        "kind": {"change": 1, "series": 2, "shopping": 2},
+        "level": {"1": 2, "2": 3},
+    }
+    assert "kind" not in field_choices(KINDS)  # a row without the field: not selectable by all
+    assert field_choices(rows, max_values=2) == {"level": {"1": 2, "2": 3}}
+    assert field_choices([]) == {}

@@ -90,6 +90,7 @@ def handle_errors(command: Callable[..., Any]) -> Callable[..., Any]:
 
 WRAPPING_COLUMNS = frozenset(
     {"description", "arguments", "dataset fields", "path", "flags", "tools", "hooks", "error"}
+    | {"value", "values (rows)"}
 )
 
 

@@ -1,4 +1,4 @@
-"""``agentfly recipes``: list the registered recipes."""
+"""``agentfly recipes``: list the registered recipes; show one with its data."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from agentfly_cli.cli.common import conflict_of, host_with_warnings, provenance_
 from agentfly_cli.cli.output import JSON_OPTION, handle_errors, print_json, stdout_console, table
 
 app = typer.Typer(
-    help="List recipes (YAML training and rollout configurations).", no_args_is_help=True
+    help="List recipes (YAML training and rollout configurations) and show one.",
+    no_args_is_help=True,
 )
 
 
@@ -35,3 +36,67 @@ def list_recipes(as_json: bool = JSON_OPTION) -> None:
     stdout_console().print(
         table(f"{len(items)} recipes", ("name", "description", "path", "plugin"), rows)
     )
+
+
+@app.command("show")
+@handle_errors
+def show_recipe(
+    name: str = typer.Argument(..., help="A recipe name (see `agentfly recipes list`)."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Show a recipe: its model, tools, reward, settings, and its data (rows, fields, and the
+    values that --where can select)."""
+    from agentfly_cli.config import load_config
+    from agentfly_cli.rollout.tasks import field_choices, load_tasks
+
+    host = host_with_warnings()
+    entry = host.components.recipes.entry(name)
+    config = load_config(name)
+    rows = load_tasks(config.data.path, config.data.limit, config.data.where)
+    fields = list(dict.fromkeys(k for row in rows for k in row))
+    info = {
+        "name": entry.name,
+        "description": entry.obj.description,
+        "path": entry.obj.path,
+        **provenance_fields(entry),
+        "data": {
+            "path": config.data.path,
+            "rows": len(rows),
+            "fields": fields,
+            "choices": field_choices(rows),
+        },
+        "config": config.model_dump(mode="json", exclude_none=True),
+    }
+    if as_json:
+        print_json(info)
+        return
+    console = stdout_console()
+    rollout, trainer = config.rollout, config.trainer
+    rewards = ", ".join(r.name for r in config.reward) if config.reward else "-"
+    algorithm = f"{trainer.algorithm.advantage} / {trainer.algorithm.policy_loss}"
+    facts = [
+        ("recipe", f"{entry.name}  ({info['plugin']})"),
+        ("file", entry.obj.path),
+        ("about", entry.obj.description),
+        ("model", f"{config.model}  (backend {config.backend.name})"),
+        ("tools", ", ".join(str(t) for t in config.tools) or "-"),
+        ("reward", rewards),
+        ("parser", config.chat.parser or "from the template"),
+        (
+            "rollout",
+            f"n {rollout.n}, max_turns {rollout.max_turns}, "
+            f"max_total_tokens {rollout.max_total_tokens}",
+        ),  # fmt: skip
+        ("trainer", f"{trainer.steps} steps x {trainer.tasks_per_step} tasks, {algorithm}"),
+        ("data", f"{config.data.path}: {len(rows)} rows; fields {', '.join(fields)}"),
+    ]
+    console.print(table(entry.name, ("setting", "value"), facts))
+    choices = info["data"]["choices"]
+    if choices:
+        lines = [
+            (f"--where {field}=...", ", ".join(f"{v} ({n})" for v, n in counts.items()))
+            for field, counts in choices.items()
+        ]
+        console.print(table("select tasks", ("flag", "values (rows)"), lines))
+    run = f"agentfly rollout {entry.name} --limit 4  |  agentfly train {entry.name}"
+    console.print(f"run it: {run}")

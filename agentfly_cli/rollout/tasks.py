@@ -87,6 +87,28 @@ def select_rows(
     return kept
 
 
+def field_choices(rows: Sequence[Any], max_values: int = 20) -> dict[str, dict[str, int]]:
+    """The fields that ``where`` can select on usefully, with the count of each value.
+
+    A field qualifies when every row has it as a scalar (text, number, bool) and it takes 2 to
+    ``max_values`` distinct values (so ids, questions and answers are left out).
+    """
+    choices: dict[str, dict[str, int]] = {}
+    mappings = [row for row in rows if isinstance(row, Mapping)]
+    if not mappings:
+        return choices
+    for name in dict.fromkeys(k for row in mappings for k in row):
+        values = [row.get(name) for row in mappings]
+        if any(v is None or isinstance(v, (dict, list)) for v in values):
+            continue
+        counts: dict[str, int] = {}
+        for value in values:
+            counts[_show(value)] = counts.get(_show(value), 0) + 1
+        if 2 <= len(counts) <= max_values and len(counts) < len(values):
+            choices[str(name)] = dict(sorted(counts.items()))
+    return choices
+
+
 def _matches(value: Any, allowed: list[Any]) -> bool:
     for choice in allowed:
         if value == choice or (not isinstance(value, (dict, list)) and str(value) == str(choice)):
