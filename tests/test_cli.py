@@ -217,6 +217,27 @@ def test_recipes_show_lists_the_data_and_what_where_can_select():
         assert text in human.stdout, text
 
 
+def test_recipes_show_a_plugin_recipe_without_data(make_plugin, tmp_path):
+    recipe = tmp_path / "bare.yaml"
+    recipe.write_text("model: tiny\ntools: [calculator]\n")
+    make_plugin(
+        f"""
+from agentfly_cli import hookimpl
+
+@hookimpl
+def register_recipes(register):
+    register("bare", {str(recipe)!r}, description="no data of its own")
+"""
+    )
+    result = agentfly("recipes", "show", "bare", "--json")
+    assert result.exit_code == 0, result.output
+    info = json.loads(result.stdout)
+    assert info["data"] == {"path": None, "rows": 0, "fields": [], "choices": {}}
+    human = agentfly("recipes", "show", "bare")
+    assert human.exit_code == 0 and "select tasks" not in human.stdout
+    assert "no data of its own" in human.stdout and "calculator" in human.stdout
+
+
 def test_recipes_show_unknown_is_one_line_and_exit_2():
     result = agentfly("recipes", "show", "code_mth")
     assert result.exit_code == 2

@@ -52,7 +52,8 @@ def show_recipe(
     host = host_with_warnings()
     entry = host.components.recipes.entry(name)
     config = load_config(name)
-    rows = load_tasks(config.data.path, config.data.limit, config.data.where)
+    path = config.data.path
+    rows = load_tasks(path, config.data.limit, config.data.where) if path else []
     fields = list(dict.fromkeys(k for row in rows for k in row))
     info = {
         "name": entry.name,
@@ -79,16 +80,16 @@ def show_recipe(
         ("file", entry.obj.path),
         ("about", entry.obj.description),
         ("model", f"{config.model}  (backend {config.backend.name})"),
-        ("tools", ", ".join(str(t) for t in config.tools) or "-"),
+        ("tools", ", ".join(config.tools) or "-"),
         ("reward", rewards),
         ("parser", config.chat.parser or "from the template"),
         (
             "rollout",
             f"n {rollout.n}, max_turns {rollout.max_turns}, "
             f"max_total_tokens {rollout.max_total_tokens}",
-        ),  # fmt: skip
+        ),
         ("trainer", f"{trainer.steps} steps x {trainer.tasks_per_step} tasks, {algorithm}"),
-        ("data", f"{config.data.path}: {len(rows)} rows; fields {', '.join(fields)}"),
+        ("data", f"{path}: {len(rows)} rows; fields {', '.join(fields)}" if path else "none"),
     ]
     console.print(table(entry.name, ("setting", "value"), facts))
     choices = info["data"]["choices"]
