@@ -7,6 +7,7 @@ conversation), plus any other fields; rewards receive those fields by name.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -101,9 +102,7 @@ def field_choices(rows: Sequence[Any], max_values: int = 20) -> dict[str, dict[s
         values = [row.get(name) for row in mappings]
         if any(v is None or isinstance(v, (dict, list)) for v in values):
             continue
-        counts: dict[str, int] = {}
-        for value in values:
-            counts[_show(value)] = counts.get(_show(value), 0) + 1
+        counts = Counter(_show(value) for value in values)
         if 2 <= len(counts) <= max_values and len(counts) < len(values):
             choices[str(name)] = dict(sorted(counts.items()))
     return choices
