@@ -89,8 +89,10 @@ def show_recipe(
             f"max_total_tokens {rollout.max_total_tokens}",
         ),
         ("trainer", f"{trainer.steps} steps x {trainer.tasks_per_step} tasks, {algorithm}"),
-        ("data", f"{path}: {len(rows)} rows; fields {', '.join(fields)}" if path else "none"),
+        ("data", path or "none"),
     ]
+    if path:  # on rows of their own: a long path must not wrap the count
+        facts += [("rows", str(len(rows))), ("fields", ", ".join(fields))]
     console.print(table(entry.name, ("setting", "value"), facts))
     choices = info["data"]["choices"]
     if choices:
