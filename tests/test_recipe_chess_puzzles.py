@@ -16,9 +16,11 @@ from agentfly_cli.errors import UserError
 from tests.recipe_checks import (
     agentfly,
     budget,
+    check_packaged_solutions_score,
     check_short_training_run,
     check_tiny_model_rollout,
     json_call,
+    needs_smollm2,
     scripted_rollout,
 )
 
@@ -497,3 +499,10 @@ def test_all_three_tools_through_json_tool_calls(tiny_model, tmp_path):
     assert all(c.status == "ok" for c in trajectory.tool_calls)
     assert M1["fen"] in trajectory.tool_calls[0].observation
     assert trajectory.finish_reason == "terminal_tool" and trajectory.reward == 1.0
+
+
+@needs_stockfish
+@needs_smollm2
+def test_every_packaged_solution_line_scores_under_the_recipe_settings(tmp_path):
+    script = [{"responses": [f"MOVE: {m}" for m in r["solution"][::2]]} for r in ROWS]
+    check_packaged_solutions_score("chess_puzzles", script, tmp_path)

@@ -19,9 +19,11 @@ from envs_builtin.python_sandbox import PythonSandboxEnv, python
 from rewards_builtin.scoring import math_equal_score
 from tests.recipe_checks import (
     budget,
+    check_packaged_solutions_score,
     check_short_training_run,
     check_tiny_model_rollout,
     json_call,
+    needs_smollm2,
     scripted_rollout,
 )
 
@@ -198,3 +200,11 @@ def test_tiny_model_rollout_gives_valid_trajectories(tiny_model, tmp_path):
 
 def test_short_training_run_completes(tiny_model, tmp_path):
     check_short_training_run("code_math", tiny_model, tmp_path, *budget(8192))
+
+
+@needs_smollm2
+def test_every_packaged_solution_scores_under_the_recipe_settings(tmp_path):
+    """The recipe's own budgets (per turn, per chain) hold its longest solution lines in
+    SmolLM2's tokens: the percentages kind once ran past a 48-token turn."""
+    script = [{"responses": [f"PYTHON: {r['solution']}", f"ANSWER: {r['answer']}"]} for r in ROWS]
+    check_packaged_solutions_score("code_math", script, tmp_path)

@@ -18,9 +18,11 @@ from agentfly_cli.config import load_config
 from agentfly_cli.errors import UserError
 from tests.recipe_checks import (
     budget,
+    check_packaged_solutions_score,
     check_short_training_run,
     check_tiny_model_rollout,
     json_call,
+    needs_smollm2,
     scripted_rollout,
     write_jsonl,
 )
@@ -355,3 +357,12 @@ def test_bm25s_is_used_without_numba_which_breaks_vllm_in_the_same_process(tmp_p
         text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+@needs_smollm2
+def test_every_packaged_hop_path_scores_under_the_recipe_settings(tmp_path):
+    script = [
+        {"responses": [f"SEARCH: {h['query']}" for h in r["hops"]] + [f"ANSWER: {r['answer']}"]}
+        for r in ROWS
+    ]
+    check_packaged_solutions_score("search_qa", script, tmp_path)

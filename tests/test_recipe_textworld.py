@@ -14,9 +14,11 @@ import pytest
 from agentfly_cli.errors import UserError
 from tests.recipe_checks import (
     budget,
+    check_packaged_solutions_score,
     check_short_training_run,
     check_tiny_model_rollout,
     json_call,
+    needs_smollm2,
     scripted_rollout,
 )
 
@@ -380,3 +382,9 @@ def test_all_four_tools_through_json_tool_calls(tiny_model, tmp_path):
     assert take in trajectory.tool_calls[1].observation.splitlines()
     assert trajectory.finish_reason == "terminal_tool" and trajectory.reward == 1.0
     assert trajectory.reward_extras["moves"] == 4  # look, take, inventory, put
+
+
+@needs_smollm2
+def test_every_packaged_walkthrough_scores_under_the_recipe_settings(tmp_path):
+    script = [{"responses": [f"ACTION: {c}" for c in r["walkthrough"]]} for r in ROWS]
+    check_packaged_solutions_score("textworld", script, tmp_path)
