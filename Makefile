@@ -138,6 +138,7 @@ bench: install bench-venv
 	$(PY) benchmarks/rollout_bench.py --out benchmarks/results/rollout_bench.json
 	$(PY) benchmarks/logprob_memory_bench.py --out benchmarks/results/logprob_memory_bench.json
 	$(PY) benchmarks/pool_bench.py --out benchmarks/results/pool_bench.json
+	$(PY) benchmarks/sft_bench.py --out benchmarks/results/sft_bench.json
 	$(BENCH_VENV)/bin/python benchmarks/train_bench.py --out benchmarks/results/train_bench.json
 
 clean:

@@ -108,7 +108,10 @@ class RunConfig(BaseModel):
         return value
 
 
-def _format_error(error: ValidationError, source: str) -> str:
+def format_settings_error(
+    error: ValidationError, source: str, root: type[BaseModel] | None = None
+) -> str:
+    """One line for a settings error: where, what, and for an unknown key the allowed ones."""
     first = error.errors()[0]
     where = ".".join(str(p) for p in first["loc"]) or "(top level)"
     extra = f" (and {error.error_count() - 1} more)" if error.error_count() > 1 else ""
@@ -116,7 +119,7 @@ def _format_error(error: ValidationError, source: str) -> str:
     if first["type"] == "value_error":
         message = message.removeprefix("Value error, ")
     if first["type"] == "extra_forbidden":
-        allowed = _allowed_keys(first["loc"][:-1])
+        allowed = _allowed_keys(first["loc"][:-1], root or RunConfig)
         close = difflib.get_close_matches(str(first["loc"][-1]), allowed, n=1)
         hint = f"did you mean '{close[0]}'? " if close else ""
         listing = f"allowed: {', '.join(allowed)}" if allowed else "check the spelling"
@@ -124,9 +127,9 @@ def _format_error(error: ValidationError, source: str) -> str:
     return f"{source}: {where}: {message}{extra}"
 
 
-def _allowed_keys(path: tuple) -> list[str]:
-    """The field names of the section at ``path`` (a pydantic error location)."""
-    model: Any = RunConfig
+def _allowed_keys(path: tuple, root: type[BaseModel]) -> list[str]:
+    """The field names of the section at ``path`` (a pydantic error location) of ``root``."""
+    model: Any = root
     keyed = False  # the previous part was a dict of models: this part is one of its keys
     for part in path:
         if isinstance(part, int) or keyed:
@@ -219,7 +222,7 @@ def load_config(
     try:
         return RunConfig.model_validate(data)
     except ValidationError as exc:
-        raise UserError(_format_error(exc, source)) from None
+        raise UserError(format_settings_error(exc, source)) from None
 
 
 def apply_overrides_value(data: dict[str, Any], dotted: str, value: Any) -> None:

@@ -318,3 +318,29 @@ def test_wandb_offline_run_with_the_real_package(tmp_path, monkeypatch):
     runs = list((tmp_path / "wandb").glob("offline-run-*"))
     assert len(runs) == 1
     assert list(runs[0].glob("*.wandb"))  # the run's event log, ready for `wandb sync`
+
+
+def test_an_sft_run_shows_its_loss_and_plots_no_empty_reward_panel(tmp_path):
+    """SFT logs a loss, no reward: the bar and the step line show the loss, notes are records
+    of their own, and the plot holds only the two loss panels (no empty reward panel)."""
+    import matplotlib.image
+
+    out = io.StringIO()
+    bar = (("loss", ("sft/loss",), "{:.3f}"),)
+    with Telemetry(
+        tmp_path, total_steps=2, sinks=("jsonl",), console_file=out, bar_fields=bar
+    ) as telemetry:
+        for step in range(2):
+            telemetry.log(step, {"sft/loss": 0.5 / (step + 1)})
+        telemetry.log_note(2, {"sft/heldout_loss": 0.3}, "held-out loss after 2 steps: 0.300")
+    text = out.getvalue()
+    assert "step 1/2 | loss 0.500" in text and "step 2/2 | loss 0.250" in text
+    assert "held-out loss after 2 steps: 0.300" in text
+    records = read_metrics(tmp_path / "metrics.jsonl")
+    assert [(r["step"], sorted(r)[0]) for r in records] == [
+        (0, "sft/loss"),
+        (1, "sft/loss"),
+        (2, "sft/heldout_loss"),
+    ]
+    image = matplotlib.image.imread(tmp_path / "plot.png")
+    assert image.shape[0] < 400  # one row: loss, held-out loss (a reward panel adds a row)

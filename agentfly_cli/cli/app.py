@@ -18,6 +18,7 @@ from agentfly_cli.cli import (
     recipes_cmd,
     rewards_cmd,
     rollout_cmd,
+    sft_cmd,
     tools_cmd,
     train_cmd,
     view_cmd,
@@ -76,6 +77,7 @@ def build_app(*, with_plugin_commands: bool = True) -> typer.Typer:
     app.command("eval")(rollout_cmd.evaluate)
     app.command("view")(view_cmd.view)
     app.command("train")(train_cmd.train)
+    app.command("sft")(sft_cmd.sft)
     app.command("export")(train_cmd.export)
     if with_plugin_commands:
         get_plugin_host().add_commands(app)

@@ -30,6 +30,7 @@ KL_KEYS = ("kl", "loss/kl")
 # (label, keys tried in order, format) of the one-line-per-step console summary
 STEP_LINE_FIELDS = (
     ("reward", ("reward/mean",), "{:.3f}"),
+    ("loss", ("sft/loss",), "{:.3f}"),
     ("kl", KL_KEYS, "{:.4g}"),
     ("entropy", ("entropy",), "{:.3f}"),
     ("clip", ("clip_frac",), "{:.3f}"),
@@ -39,8 +40,17 @@ STEP_LINE_FIELDS = (
     ("train", ("time/train_s",), "{:.1f}s"),
 )
 
+# (label, keys tried in order, format) of the live progress bar's fields, by default
+BAR_FIELDS = (
+    ("reward", ("reward/mean",), "{:.3f}"),
+    ("kl", KL_KEYS, "{:.4g}"),
+    ("tok/s", ("throughput/tokens_per_s",), "{:.0f}"),
+)
+
 # (title, keys tried in order) of the plot panels after the reward panel
 PLOT_PANELS = (
+    ("SFT loss", ("sft/loss",)),
+    ("SFT held-out loss", ("sft/heldout_loss",)),
     ("KL", KL_KEYS),
     ("entropy", ("entropy",)),
     ("grad norm", ("grad_norm",)),
@@ -72,6 +82,7 @@ class Telemetry:
         config: Mapping[str, Any] | None = None,
         start_step: int = 0,
         console_file: IO[str] | None = None,
+        bar_fields: tuple[tuple[str, tuple[str, ...], str], ...] = BAR_FIELDS,
     ) -> None:
         self.sinks = tuple(dict.fromkeys(sinks))
         unknown = [s for s in self.sinks if s not in SINKS]
@@ -101,6 +112,7 @@ class Telemetry:
         self._wandb_run: Any = None
         self._progress: Progress | None = None
         self._task: Any = None
+        self._bar_fields = bar_fields
 
         if config is not None:
             text = json.dumps(dict(config), indent=2, ensure_ascii=False, default=str)
@@ -136,12 +148,14 @@ class Telemetry:
         return SummaryWriter(log_dir=str(self.run_dir / TENSORBOARD_DIR), **purge)
 
     def _start_progress(self) -> None:
+        fields = [
+            TextColumn(f"{label} {{task.fields[f{i}]}}")
+            for i, (label, _, _) in enumerate(self._bar_fields)
+        ]
         self._progress = Progress(
             TextColumn("step {task.completed:.0f}/{task.fields[total_text]}"),
             BarColumn(),
-            TextColumn("reward {task.fields[reward]}"),
-            TextColumn("kl {task.fields[kl]}"),
-            TextColumn("{task.fields[tps]} tok/s"),
+            *fields,
             TimeRemainingColumn(),
             console=self._console,
             auto_refresh=self._console.is_terminal,
@@ -152,9 +166,7 @@ class Telemetry:
             total=total,
             completed=self.start_step,
             total_text="?" if total is None else str(total),
-            reward="-",
-            kl="-",
-            tps="-",
+            **{f"f{i}": "-" for i in range(len(self._bar_fields))},
         )
         self._progress.start()
 
@@ -177,6 +189,12 @@ class Telemetry:
         scalars = self._write(int(updates), metrics)
         if self._show:
             line = format_eval_line(int(updates), scalars)
+            self._console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+    def log_note(self, step: int, metrics: Mapping[str, Any], line: str) -> None:
+        """Write ``metrics`` as their own record at ``step`` to every sink; print ``line``."""
+        self._write(int(step), metrics)
+        if self._show:
             self._console.print(line, markup=False, highlight=False, soft_wrap=True)
 
     def _write(self, step: int, metrics: Mapping[str, Any]) -> dict[str, float]:
@@ -203,13 +221,11 @@ class Telemetry:
         line = format_step_line(step, self.total_steps, scalars)
         self._console.print(line, markup=False, highlight=False, soft_wrap=True)
         if self._progress is not None:
-            self._progress.update(
-                self._task,
-                completed=step + 1,
-                reward=_pick(scalars, ("reward/mean",), "{:.3f}"),
-                kl=_pick(scalars, KL_KEYS, "{:.4g}"),
-                tps=_pick(scalars, ("throughput/tokens_per_s",), "{:.0f}"),
-            )
+            values = {
+                f"f{i}": _pick(scalars, keys, fmt)
+                for i, (_, keys, fmt) in enumerate(self._bar_fields)
+            }
+            self._progress.update(self._task, completed=step + 1, **values)
 
     # -- closing ---------------------------------------------------------------------------------
     def close(self, *, plot: bool = True) -> None:
@@ -326,8 +342,9 @@ def plot_metrics(
 ) -> Path:
     """Draw the key training curves of a metrics.jsonl file (or its records) into a PNG.
 
-    Panels: reward mean with a band of one std (always drawn; with the held-out eval reward
-    where one was logged), then KL, entropy, grad norm, tool error rate, assistant turns and
+    Panels: reward mean with a band of one std (with the held-out eval reward where one was
+    logged; left out only when no reward but other metrics were logged, as by SFT), the SFT
+    losses, then KL, entropy, grad norm, tool error rate, assistant turns and
     tokens/s, each only when the metric was logged.
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -338,8 +355,11 @@ def plot_metrics(
     else:
         records = [dict(r) for r in metrics if isinstance(r.get("step"), int)]
     panels = [(title, series) for title, keys in PLOT_PANELS for series in _first(records, keys)]
+    steps, mean = _series(records, "reward/mean")
+    held_steps, held = _series(records, "eval/reward_mean")
+    with_reward = bool(steps or held_steps or not panels)  # an SFT run logs no reward
 
-    count = 1 + len(panels)
+    count = int(with_reward) + len(panels)
     cols = 1 if count == 1 else 2
     rows = -(-count // cols)
     fig = Figure(figsize=(6.0 * cols, 3.2 * rows), dpi=100, layout="constrained")
@@ -347,9 +367,8 @@ def plot_metrics(
     axes = fig.subplots(rows, cols, squeeze=False).ravel()
 
     ax = axes[0]
-    steps, mean = _series(records, "reward/mean")
     ax.set_title("reward (mean ± std)")
-    if steps:
+    if with_reward and steps:
         marker = "." if len(steps) < 50 else None
         ax.plot(steps, mean, color="tab:blue", marker=marker, label="training rollouts")
         std = dict(zip(*_series(records, "reward/std"), strict=True))
@@ -366,13 +385,12 @@ def plot_metrics(
                 for s, m in zip(steps, mean, strict=True)
             ]
             ax.fill_between(steps, low, high, color="tab:blue", alpha=0.2, linewidth=0)
-    held_steps, held = _series(records, "eval/reward_mean")
-    if held_steps:  # held-out eval, drawn at the number of updates it was taken after
+    if with_reward and held_steps:  # held-out eval, drawn at the number of updates done
         ax.plot(held_steps, held, color="tab:green", marker="s", label="held-out eval")
         ax.legend(loc="best", fontsize="small")
-    if not steps and not held_steps:
+    if with_reward and not steps and not held_steps:
         ax.text(0.5, 0.5, "no reward logged", ha="center", va="center", transform=ax.transAxes)
-    for ax, (title, (steps, values)) in zip(axes[1:], panels, strict=False):
+    for ax, (title, (steps, values)) in zip(axes[int(with_reward) :], panels, strict=False):
         ax.plot(steps, values, color="tab:orange", marker="." if len(steps) < 50 else None)
         ax.set_title(title)
     for ax in axes[:count]:

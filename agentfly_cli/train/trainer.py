@@ -343,7 +343,8 @@ class Trainer:
             f"reward{same}, so {self.algo.advantage} advantages are zero and the model learns "
             "nothing; the tasks may be too hard or too easy for this model. Look at the "
             f"trajectories (agentfly view {self.run_dir}/trajectories/...), train on easier "
-            "tasks (--where) or raise rollout.n"
+            "tasks (--where), raise rollout.n, or warm-start the model on solved chains "
+            "(agentfly sft)"
         )
         self._warned_flat = True
 
