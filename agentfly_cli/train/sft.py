@@ -170,7 +170,8 @@ def write_tasks(chains: Sequence[Trajectory], path: Path) -> int:
 def train_rows(chains: Sequence[Trajectory]) -> list[Any]:
     """Chains as training rows of one group: the micro-batch planner then forwards the prompt
     prefix that *all* chains of a micro-batch share (a recipe's system prompt and examples)
-    once, not only a task's own. Exact, and about 2.7x faster on code_math's chains."""
+    once, not only a task's own. Exact, and 2.4x faster on code_math's chains
+    (``benchmarks/sft_bench.py``)."""
     from agentfly_cli.train.batch import TrainRow
 
     return [TrainRow(t.ids, t.loss_mask, "sft") for t in chains]
