@@ -367,7 +367,8 @@ def plot_metrics(
     axes = fig.subplots(rows, cols, squeeze=False).ravel()
 
     ax = axes[0]
-    ax.set_title("reward (mean ± std)")
+    if with_reward:
+        ax.set_title("reward (mean ± std)")
     if with_reward and steps:
         marker = "." if len(steps) < 50 else None
         ax.plot(steps, mean, color="tab:blue", marker=marker, label="training rollouts")
