@@ -176,6 +176,52 @@ def test_mismatched_group_ids_are_an_error():
         grpo_advantages(data, AlgorithmConfig())
 
 
+GROUP_ESTIMATORS = {
+    "grpo": grpo_advantages,
+    "rloo": rloo_advantages,
+    "reinforce_pp_baseline": reinforce_pp_baseline_advantages,
+}
+
+
+@pytest.mark.parametrize("name", sorted(GROUP_ESTIMATORS))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("size", [2, 3, 7, 8, 16, 64])
+@pytest.mark.parametrize("reward", [0.7, 0.1, 1 / 3, 0.9, 2.5, -0.7, 1e6 + 0.1])
+def test_a_group_of_equal_rewards_gets_exactly_zero_advantage(name, dtype, size, reward):
+    """Beside a group with spread, a group whose chains all got ``reward`` learns nothing:
+    exactly 0, not the +-0.06 that float32 rounding divided by (std + eps) gave."""
+    rewards = torch.tensor([reward] * size + [0.0, 1.0], dtype=dtype)
+    groups = ["same"] * size + ["spread", "spread"]
+    mask = torch.ones(size + 2, 3, dtype=dtype)
+    for config in (AlgorithmConfig(), AlgorithmConfig(norm_adv_by_std=False)):
+        out = GROUP_ESTIMATORS[name](AdvantageInput(rewards, mask, groups), config)
+        assert out.advantages.dtype == dtype
+        assert out.advantages[:size].abs().max().item() == 0.0
+        assert out.advantages[size:].abs().min().item() > 0.1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("reward", [0.7, 0.1, 1 / 3, 2.5])
+def test_batch_whitening_of_equal_returns_is_exactly_zero(dtype, reward):
+    data = AdvantageInput(torch.full((16,), reward, dtype=dtype), torch.ones(16, 5), [0] * 16)
+    for estimator in (reinforce_pp_advantages, reinforce_pp_baseline_advantages):
+        out = estimator(data, AlgorithmConfig())
+        assert out.advantages.dtype == dtype
+        assert out.advantages.abs().max().item() == 0.0
+
+
+def test_group_statistics_are_float64_and_exact_for_equal_members():
+    from agentfly_cli.train.advantages import group_stats
+
+    scores = torch.tensor([0.7] * 8 + [1e6 + 0.5, 1e6 + 1.5], dtype=torch.float32)
+    count, mean, std = group_stats(scores, ["a"] * 8 + ["b", "b"])
+    assert mean.dtype == std.dtype == torch.float64
+    assert count.tolist() == [8.0] * 8 + [2.0, 2.0]
+    assert mean[:8].tolist() == [float(scores[0])] * 8 and std[:8].tolist() == [0.0] * 8
+    assert mean[8:].tolist() == [1e6 + 1.0] * 2
+    assert std[8:].tolist() == pytest.approx([math.sqrt(0.5)] * 2, abs=1e-12)
+
+
 # --- policy losses --------------------------------------------------------------------------
 
 

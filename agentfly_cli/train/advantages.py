@@ -4,6 +4,12 @@ Every estimator is ``fn(data: AdvantageInput, config: AlgorithmConfig) -> Advant
 Rows are trajectories, columns tokens; only positions where ``mask`` is 1 are trained, and
 tokens in between (tool outputs, prompts) are skipped as if absent. The outcome estimators
 (grpo, rloo) score a row by its reward plus the sum of its masked ``token_rewards``.
+
+Statistics (group means and stds, batch whitening) are computed in float64 around a pivot
+value of each set (shifted data): values that are all equal get exactly their value as mean,
+a std of exactly 0 and so an advantage of exactly 0, whatever the value (in float32 a group of
+eight 0.7 rewards got advantages of +-0.06 after dividing by std + eps). Advantages come back
+in the rewards' dtype.
 """
 
 from __future__ import annotations
@@ -23,16 +29,19 @@ def grpo_advantages(data: AdvantageInput, config: AlgorithmConfig) -> AdvantageO
     if config.norm_adv_by_std:
         centered = centered / (std + config.adv_eps)
     advantage = torch.where(count > 1, centered, torch.zeros_like(centered))
-    return AdvantageOutput(advantage[:, None] * mask)
+    return _per_token(advantage, mask, data)
 
 
 def rloo_advantages(data: AdvantageInput, config: AlgorithmConfig) -> AdvantageOutput:
-    """RLOO: r_i minus the mean of the other rewards of its group (0 for a lone sample)."""
+    """RLOO: r_i minus the mean of the other rewards of its group (0 for a lone sample).
+
+    Computed as n / (n - 1) * (r_i - group mean), the same number without the rounding of
+    ``(sum - r_i) / (n - 1)``: equal rewards give exactly 0."""
     mask, scores = _mask_and_scores(data)
     count, mean, _ = group_stats(scores, data.group_ids)
-    others = (mean * count - scores) / (count - 1).clamp(min=1)
-    advantage = torch.where(count > 1, scores - others, torch.zeros_like(scores))
-    return AdvantageOutput(advantage[:, None] * mask)
+    advantage = (scores - mean) * count / (count - 1).clamp(min=1)
+    advantage = torch.where(count > 1, advantage, torch.zeros_like(scores))
+    return _per_token(advantage, mask, data)
 
 
 def reinforce_pp_advantages(data: AdvantageInput, config: AlgorithmConfig) -> AdvantageOutput:
@@ -71,15 +80,21 @@ def gae_advantages(data: AdvantageInput, config: AlgorithmConfig) -> AdvantageOu
         next_value = torch.where(trained, values[:, t], next_value)
         next_advantage = torch.where(trained, advantage, next_advantage)
     returns = torch.where(mask, advantages + values, 0.0)
-    return AdvantageOutput(masked_whiten(advantages, mask, config.adv_eps), returns)
+    whitened = masked_whiten(advantages, mask, config.adv_eps)
+    dtype = _output_dtype(data)
+    return AdvantageOutput(whitened.to(dtype), returns.to(dtype))
 
 
 def group_stats(
     scores: torch.Tensor, group_ids: Sequence[Hashable]
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per row: its group's size, mean and unbiased std (std 0 for a group of one)."""
+    """Per row, in float64: its group's size, mean and unbiased std (std 0 for a group of one).
+
+    Sums run over each score minus its group's smallest score, so a group of equal scores has
+    exactly that score as its mean and exactly 0 as its std."""
     if len(group_ids) != scores.shape[0]:
         raise ValueError(f"{scores.shape[0]} rewards but {len(group_ids)} group ids")
+    scores = scores.to(torch.float64)
     keys: dict[Hashable, int] = {}
     index = torch.tensor(
         [keys.setdefault(key, len(keys)) for key in group_ids],
@@ -87,11 +102,13 @@ def group_stats(
         device=scores.device,
     )
     zeros = scores.new_zeros(len(keys))
+    pivot = zeros.scatter_reduce(0, index, scores, reduce="amin", include_self=False)
+    shifted = scores - pivot[index]
     count = zeros.index_add(0, index, torch.ones_like(scores))
-    mean = zeros.index_add(0, index, scores) / count
-    squares = zeros.index_add(0, index, (scores - mean[index]) ** 2)
+    shift_mean = zeros.index_add(0, index, shifted) / count
+    squares = zeros.index_add(0, index, (shifted - shift_mean[index]) ** 2)
     std = (squares / (count - 1).clamp(min=1)).sqrt()
-    return count[index], mean[index], std[index]
+    return count[index], (pivot + shift_mean)[index], std[index]
 
 
 def token_level_rewards(
@@ -125,14 +142,18 @@ def discounted_returns(level: torch.Tensor, mask: torch.Tensor, gamma: float) ->
 
 
 def masked_whiten(values: torch.Tensor, mask: torch.Tensor, eps: float) -> torch.Tensor:
-    """(x - mean) / (unbiased std + eps) over the masked entries; 0 elsewhere."""
+    """(x - mean) / (unbiased std + eps) over the masked entries, in float64 around their
+    smallest value (equal values give exactly 0); 0 elsewhere."""
     mask = mask.bool()
+    values = values.to(torch.float64)
     selected = values[mask]
     if selected.numel() == 0:
         return torch.zeros_like(values)
-    centered = values - selected.mean()
+    pivot = selected.min()
+    shifted = selected - pivot
+    centered = values - pivot - shifted.mean()
     if selected.numel() > 1:
-        centered = centered / (selected.std() + eps)
+        centered = centered / (shifted.std() + eps)
     return torch.where(mask, centered, 0.0)
 
 
@@ -141,18 +162,30 @@ def _whitened_returns(
 ) -> AdvantageOutput:
     level = token_level_rewards(rewards, data.mask, data.token_rewards)
     returns = discounted_returns(level, data.mask, config.gamma)
-    return AdvantageOutput(masked_whiten(returns, data.mask, config.adv_eps), returns)
+    whitened = masked_whiten(returns, data.mask, config.adv_eps)
+    dtype = _output_dtype(data)
+    return AdvantageOutput(whitened.to(dtype), returns.to(dtype))
 
 
 def _rewards(data: AdvantageInput) -> torch.Tensor:
+    """The rewards in float64 (statistics are computed in float64), checked to be [B]."""
     rewards = data.rewards
-    if not rewards.is_floating_point():
-        rewards = rewards.to(torch.get_default_dtype())
     if rewards.dim() != 1 or rewards.shape[0] != data.mask.shape[0]:
         raise ValueError(
             f"rewards must be [B] with B = {data.mask.shape[0]} rows, got {tuple(rewards.shape)}"
         )
-    return rewards
+    return rewards.to(torch.float64)
+
+
+def _output_dtype(data: AdvantageInput) -> torch.dtype:
+    """Advantages and returns come back in the rewards' float dtype (default for integers)."""
+    dtype = data.rewards.dtype
+    return dtype if dtype.is_floating_point else torch.get_default_dtype()
+
+
+def _per_token(advantage: torch.Tensor, mask: torch.Tensor, data: AdvantageInput):
+    """A row's advantage on each of its trained tokens, in the output dtype."""
+    return AdvantageOutput((advantage[:, None] * mask).to(_output_dtype(data)))
 
 
 def _mask_and_scores(data: AdvantageInput) -> tuple[torch.Tensor, torch.Tensor]:
