@@ -389,6 +389,36 @@ def test_kl_estimators():
         kl_estimate(logp, ref, "k4")
 
 
+def reference_kl(logprob, ref_logprob, kind):
+    """verl's ``kl_penalty`` (trainer/ppo/core_algos.py): kl/k1, mse/k2, low_var_kl/k3."""
+    if kind == "k1":
+        return logprob - ref_logprob
+    if kind == "k2":
+        return 0.5 * (logprob - ref_logprob).square()
+    kl = torch.clamp(ref_logprob - logprob, min=-20, max=20)
+    return torch.clamp(torch.exp(kl) - kl - 1, min=-10, max=10)
+
+
+@pytest.mark.parametrize("kind", ["k1", "k2", "k3"])
+def test_kl_estimators_equal_verls_on_a_grid_of_log_ratios(kind):
+    logp = torch.linspace(-30.0, 0.0, 61, dtype=torch.float64)
+    ref = torch.linspace(0.0, -30.0, 61, dtype=torch.float64)
+    grid_logp, grid_ref = torch.meshgrid(logp, ref, indexing="ij")
+    got = kl_estimate(grid_logp, grid_ref, kind)
+    torch.testing.assert_close(got, reference_kl(grid_logp, grid_ref, kind), rtol=1e-12, atol=0)
+
+
+def test_k3_is_clamped_to_ten_where_the_reference_is_far_more_likely():
+    """ref/policy = e^18: unclamped k3 is e^18 - 19 = 6.6e7, one token would swamp the loss."""
+    logp = torch.tensor([-20.0, -1.0], dtype=torch.float64, requires_grad=True)
+    ref = tensor([-2.0, -1.5])
+    kl = kl_estimate(logp, ref, "k3")
+    assert kl[0].item() == 10.0
+    assert kl[1].item() == pytest.approx(math.exp(-0.5) + 0.5 - 1)
+    kl.sum().backward()
+    assert logp.grad.tolist() == pytest.approx([0.0, 1 - math.exp(-0.5)])
+
+
 def test_kl_in_reward_and_needs_reference():
     config = AlgorithmConfig(kl_coef=0.1, kl_in_reward=True)
     rewards = kl_token_rewards(

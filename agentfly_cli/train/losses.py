@@ -17,6 +17,9 @@ from agentfly_cli.train.algorithms import AlgorithmConfig
 
 MAX_LOG_RATIO = 20.0
 MAX_GSPO_LOG_RATIO = 10.0
+#: k3 is clamped to [-MAX_K3, MAX_K3], as verl's ``low_var_kl`` (and SkyRL, OpenRLHF) do: a
+#: token whose reference probability is e^18 times the policy's would otherwise add 6.6e7.
+MAX_K3 = 10.0
 
 
 def ppo_loss(
@@ -122,14 +125,16 @@ def batch_counts(mask: torch.Tensor) -> tuple[int, int]:
 
 
 def kl_estimate(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, kind: str) -> torch.Tensor:
-    """Per-token KL(policy || reference) estimate: k1, k2 or k3 (Schulman's, always >= 0)."""
+    """Per-token KL(policy || reference) estimate, as verl's ``kl_penalty``: k1 (log ratio),
+    k2 (half its square) or k3 (Schulman's e^x - x - 1 with x = ref - policy, x clamped to
+    +-20 and the result to [0, MAX_K3]; no gradient where clamped)."""
     if kind == "k1":
         return logprobs - ref_logprobs
     if kind == "k2":
         return 0.5 * (logprobs - ref_logprobs) ** 2
     if kind == "k3":
         log_ratio = (ref_logprobs - logprobs).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
-        return log_ratio.exp() - log_ratio - 1.0
+        return (log_ratio.exp() - log_ratio - 1.0).clamp(-MAX_K3, MAX_K3)
     raise ValueError(f"unknown KL estimator {kind!r}; use k1, k2 or k3")
 
 
