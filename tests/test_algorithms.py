@@ -481,6 +481,29 @@ def test_config_defaults_and_validation():
         AlgorithmConfig(loss_agg="mean")
 
 
+def test_gspo_aggregates_per_sequence_unless_loss_agg_is_set():
+    assert AlgorithmConfig(policy_loss="gspo").loss_agg == "seq-mean-token-mean"
+    assert AlgorithmConfig(policy_loss="ppo").loss_agg == "token-mean"
+    for mode in ("token-mean", "seq-mean-token-sum-norm"):
+        assert AlgorithmConfig(policy_loss="gspo", loss_agg=mode).loss_agg == mode
+    dumped = AlgorithmConfig(policy_loss="gspo").model_dump()  # config.json of a run
+    assert AlgorithmConfig.model_validate(dumped).loss_agg == "seq-mean-token-mean"
+
+
+@pytest.mark.parametrize("recipe", ["calculator", "code_math", "search_qa"])
+def test_gspo_on_a_builtin_recipe_aggregates_per_sequence(recipe):
+    from agentfly_cli.config import load_config
+
+    gspo = load_config(recipe, ["trainer.algorithm.policy_loss=gspo"]).trainer.algorithm
+    assert gspo.loss_agg == "seq-mean-token-mean"
+    chosen = load_config(
+        recipe,
+        ["trainer.algorithm.policy_loss=gspo", "trainer.algorithm.loss_agg=token-mean"],
+    ).trainer.algorithm
+    assert chosen.loss_agg == "token-mean"
+    assert load_config(recipe).trainer.algorithm.loss_agg == "token-mean"  # ppo
+
+
 # --- registration through the plugin hook ---------------------------------------------------
 
 

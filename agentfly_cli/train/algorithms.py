@@ -14,7 +14,7 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agentfly_cli.errors import UnknownComponentError
 
@@ -22,6 +22,9 @@ if TYPE_CHECKING:
     import torch
 
 LossAggregation = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+#: ``loss_agg`` of a policy loss when the user sets none (others: token-mean). GSPO's objective
+#: is a mean over sequences of per-sequence terms (Zheng et al. 2025; verl's GSPO recipe).
+DEFAULT_LOSS_AGG = {"gspo": "seq-mean-token-mean"}
 
 
 class AlgorithmConfig(BaseModel):
@@ -38,7 +41,7 @@ class AlgorithmConfig(BaseModel):
     loss_agg: LossAggregation = Field(
         "token-mean",
         description="How per-token losses become one number: token-mean, seq-mean-token-mean "
-        "or seq-mean-token-sum-norm (Dr.GRPO).",
+        "or seq-mean-token-sum-norm (Dr.GRPO). Unset, gspo uses seq-mean-token-mean.",
     )
     norm_adv_by_std: bool = Field(
         True, description="GRPO: divide by the group's std (False is Dr.GRPO)."
@@ -84,6 +87,13 @@ class AlgorithmConfig(BaseModel):
         description="Dr.GRPO normaliser of seq-mean-token-sum-norm; None: the generation budget.",
     )
     adv_eps: float = Field(1e-6, ge=0.0, description="Added to a std before dividing by it.")
+
+    @model_validator(mode="after")
+    def _loss_agg_of_the_policy_loss(self) -> AlgorithmConfig:
+        """A policy loss with its own aggregation (gspo) gets it unless loss_agg is set."""
+        if "loss_agg" not in self.model_fields_set and self.policy_loss in DEFAULT_LOSS_AGG:
+            self.loss_agg = DEFAULT_LOSS_AGG[self.policy_loss]
+        return self
 
     @field_validator("clip_ratio_c")
     @classmethod
