@@ -36,16 +36,16 @@ def load_object(spec: str) -> Any:
             sys.modules[module_name] = module
             try:
                 module_spec.loader.exec_module(module)
-            except Exception as exc:
+            except (Exception, SystemExit) as exc:  # a file may call sys.exit() at import
                 sys.modules.pop(module_name, None)
-                raise UserError(f"cannot load {spec!r}: {type(exc).__name__}: {exc}") from exc
+                raise UserError(f"cannot load {spec!r}: {_import_failure(exc)}") from exc
     else:
         if os.getcwd() not in sys.path and "" not in sys.path:
             sys.path.insert(0, os.getcwd())  # as `python -m` does: modules beside the user
         try:
             module = importlib.import_module(target)
-        except Exception as exc:
-            raise UserError(f"cannot import {target!r}: {type(exc).__name__}: {exc}") from exc
+        except (Exception, SystemExit) as exc:
+            raise UserError(f"cannot import {target!r}: {_import_failure(exc)}") from exc
     value: Any = module
     for part in attribute.split("."):
         try:
@@ -53,6 +53,13 @@ def load_object(spec: str) -> Any:
         except AttributeError:
             raise UserError(f"cannot load {spec!r}: {target} has no attribute {part!r}") from None
     return value
+
+
+def _import_failure(exc: BaseException) -> str:
+    """What went wrong while a user's module ran (KeyboardInterrupt is never caught here)."""
+    if isinstance(exc, SystemExit):
+        return f"it called sys.exit({exc.code!r}) while being imported; remove that call"
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _registered(host: PluginHost, kind: str, name: str) -> Any:

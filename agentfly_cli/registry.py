@@ -10,6 +10,8 @@ from typing import Any
 from agentfly_cli.errors import ComponentConflictError, UnknownComponentError
 
 KINDS = ("tools", "rewards", "envs", "recipes", "backends", "advantages", "policy_losses")
+# the kinds that have an `agentfly KIND list` command (tests check that each one exists)
+LISTED_KINDS = ("tools", "rewards", "envs", "recipes", "backends")
 SINGULAR = {"advantages": "advantage", "policy_losses": "policy_loss"}
 
 
@@ -98,7 +100,10 @@ class Registry:
         known = sorted(self._entries)
         close = difflib.get_close_matches(name, known, n=1)
         hint = f"did you mean '{close[0]}'? " if close else ""
-        listing = f"run `agentfly {self.kind} list` to see the {len(known)} available"
+        if self.kind in LISTED_KINDS:
+            listing = f"run `agentfly {self.kind} list` to see the {len(known)} available"
+        else:
+            listing = f"available: {', '.join(known) or 'none'}"
         return f"unknown {self.singular} '{name}'; {hint}{listing}"
 
     def entries(self) -> list[Entry]:

@@ -75,7 +75,15 @@ def _custom_parser(spec: str, options: dict | None) -> ToolCallParser:
     value = load_object(spec)
     if isinstance(value, type):
         factory = getattr(value, "from_options", None)
-        value = factory(options) if callable(factory) else value()
+        try:
+            value = factory(options) if callable(factory) else value()
+        except UserError:
+            raise
+        except Exception as exc:  # the user's constructor: one line, not an internal error
+            raise UserError(
+                f"parser {spec!r} failed to build: {type(exc).__name__}: {exc}; "
+                "fix its constructor (or from_options) or pick a packaged parser"
+            ) from exc
     if not callable(getattr(value, "parse", None)):
         raise UserError(
             f"parser {spec!r} has no parse(text) method; subclass "

@@ -11,6 +11,7 @@ import typer
 
 from agentfly_cli import __version__, settings
 from agentfly_cli.cli import (
+    backends_cmd,
     env_cmd,
     envs_cmd,
     models_cmd,
@@ -24,6 +25,7 @@ from agentfly_cli.cli import (
     view_cmd,
 )
 from agentfly_cli.cli.output import handle_errors
+from agentfly_cli.cli.usage_errors import OneLineErrorsGroup
 from agentfly_cli.plugins import get_plugin_host
 
 
@@ -37,6 +39,7 @@ def build_app(*, with_plugin_commands: bool = True) -> typer.Typer:
     """A fresh ``agentfly`` app with the built-in commands and the plugins' commands."""
     app = typer.Typer(
         name="agentfly",
+        cls=OneLineErrorsGroup,
         help="Train LM agents with reinforcement learning on multi-turn tool use.",
         no_args_is_help=True,
         add_completion=False,
@@ -73,6 +76,7 @@ def build_app(*, with_plugin_commands: bool = True) -> typer.Typer:
     app.add_typer(env_cmd.app, name="env")
     app.add_typer(recipes_cmd.app, name="recipes")
     app.add_typer(models_cmd.app, name="models")
+    app.add_typer(backends_cmd.app, name="backends")
     app.command("rollout")(rollout_cmd.rollout)
     app.command("eval")(rollout_cmd.evaluate)
     app.command("view")(view_cmd.view)

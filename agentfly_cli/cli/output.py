@@ -19,6 +19,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from agentfly_cli.errors import UserError
+from agentfly_cli.safe_text import printable
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -45,18 +46,21 @@ def print_json(data: Any) -> None:
 
 
 def print_text(text: str) -> None:
-    """Write ``text`` to stdout as is: no wrapping, no markup."""
+    """Write ``text`` to stdout: no wrapping, no markup, control characters shown escaped."""
+    text = printable(text)
     sys.stdout.write(text if text.endswith("\n") else text + "\n")
     sys.stdout.flush()
 
 
 def warn(message: str) -> None:
-    stderr_console().print(f"[yellow]warning:[/yellow] {escape(message)}", highlight=False)
+    stderr_console().print(
+        f"[yellow]warning:[/yellow] {escape(printable(message))}", highlight=False
+    )
 
 
 def fail(message: str, code: int = EXIT_USAGE) -> typer.Exit:
     """Print a one-line error to stderr and return the ``typer.Exit`` to raise."""
-    first_line = " ".join(str(message).split())
+    first_line = " ".join(printable(str(message)).split())
     stderr_console().print(f"[bold red]error:[/bold red] {escape(first_line)}", highlight=False)
     return typer.Exit(code)
 
@@ -95,7 +99,7 @@ WRAPPING_COLUMNS = frozenset(
 
 
 def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> Table:
-    """A Rich table; cells are escaped so that user text never becomes markup.
+    """A Rich table; cells are escaped so that user text never becomes markup or control codes.
 
     Free-text columns (description, arguments, ...) wrap at words when the terminal is narrow;
     the others (names, plugins, flags, numbers) stay on one line so they can be read and copied.
@@ -105,7 +109,7 @@ def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> 
         wraps = column in WRAPPING_COLUMNS
         result.add_column(column, overflow="fold", no_wrap=not wraps, ratio=1 if wraps else None)
     for row in rows:
-        result.add_row(*(escape("" if cell is None else str(cell)) for cell in row))
+        result.add_row(*(escape(printable("" if cell is None else str(cell))) for cell in row))
     return result
 
 

@@ -20,6 +20,7 @@ from agentfly_cli.cli.output import (
 from agentfly_cli.errors import RewardError, UserError
 from agentfly_cli.loading import resolve_reward
 from agentfly_cli.rewards import RewardResult
+from agentfly_cli.safe_text import printable
 
 app = typer.Typer(help="List and try rewards.", no_args_is_help=True)
 
@@ -102,8 +103,8 @@ def call_reward(
         console = stdout_console()
         console.print(f"{result.reward:g}", highlight=False)
         for key, value in result.extras.items():
-            console.print(f"  {key}: {value}", markup=False, highlight=False)
+            console.print(printable(f"  {key}: {value}"), markup=False, highlight=False)
         if result.failed:
-            console.print(f"failed: {result.error}", markup=False, highlight=False)
+            console.print(printable(f"failed: {result.error}"), markup=False, highlight=False)
     if result.failed:
         raise typer.Exit(EXIT_FAILURE)

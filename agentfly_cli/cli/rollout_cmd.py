@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import time
 from pathlib import Path
 from typing import Any
 
 import typer
+from rich.markup import escape
 
 from agentfly_cli.cli.output import (
     JSON_OPTION,
@@ -16,6 +18,7 @@ from agentfly_cli.cli.output import (
     stdout_console,
     table,
 )
+from agentfly_cli.safe_text import printable
 
 SPEC = typer.Argument(None, help="A recipe name (see `agentfly recipes list`) or a YAML config.")
 MODEL = typer.Option(None, "--model", help="Model folder, or an alias: tiny, smollm2.")
@@ -34,7 +37,9 @@ TEMPLATE = typer.Option(None, "--template", help="Chat template: a packaged name
 PARSER = typer.Option(None, "--parser", help="Tool-call format: hermes, line, react, ...")
 BASE_URL = typer.Option(None, "--base-url", help="openai backend: server URL (…/v1).")
 SETS = typer.Option(None, "--set", help="Override any config field: --set rollout.top_p=0.9")
-OUT = typer.Option(None, "--out", help="Write trajectories to this JSONL file.")
+OUT = typer.Option(
+    None, "--out", help="Trajectory JSONL file (default: runs/<recipe>-<command>-<time>.jsonl)."
+)
 QUIET = typer.Option(False, "--quiet", "-q", help="No progress bar.")
 
 
@@ -193,7 +198,8 @@ def _report(summary: dict[str, Any], out: str | None) -> None:
     for item in summary_tables(summary):
         console.print(item)
     if summary.get("aborted"):
-        console.print(f"[red]aborted chains, e.g.:[/red] {summary['aborted'][0]}", markup=True)
+        example = escape(printable(str(summary["aborted"][0])))
+        console.print(f"[red]aborted chains, e.g.:[/red] {example}", highlight=False)
     if not summary["token_exact"]:
         console.print(
             "[yellow]note:[/yellow] the backend did not return token ids; these trajectories "
@@ -225,7 +231,9 @@ def rollout(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Roll out agent chains and write token-exact trajectories."""
-    config = build_config(**locals_without(locals(), "quiet", "as_json"))
+    config = with_output_file(
+        build_config(**locals_without(locals(), "quiet", "as_json")), "rollout"
+    )
     _, summary = run_and_summarize(config, quiet=quiet or as_json)
     if as_json:
         print_json({"summary": summary, "out": config.out})
@@ -262,6 +270,7 @@ def evaluate(
     from agentfly_cli.rollout.summary import evaluate as evaluate_trajectories
 
     config = build_config(**locals_without(locals(), "quiet", "as_json", "threshold"))
+    config = with_output_file(config, "eval")
     if not config.reward:
         raise UserError("eval needs a reward: pass --reward NAME (see `agentfly rewards list`)")
     result, summary = run_and_summarize(config, quiet=quiet or as_json)
@@ -285,6 +294,27 @@ def evaluate(
         )
     )
     _report(summary, config.out)
+
+
+def with_output_file(config, command: str):
+    """The config with ``out`` set (a default under ``runs/`` when none was given) and checked
+    for writability before anything loads: a rollout's chains are never thrown away."""
+    from agentfly_cli.output_paths import check_file_target
+
+    out = config.out or str(
+        _fresh_path(f"{config.name}-{command}-{time.strftime('%Y%m%d-%H%M%S')}")
+    )
+    check_file_target(out, "--out")
+    return config.model_copy(update={"out": out})
+
+
+def _fresh_path(stem: str) -> Path:
+    """``runs/<stem>.jsonl``, or ``runs/<stem>-2.jsonl`` (and so on) if that one exists."""
+    path, number = Path("runs") / f"{stem}.jsonl", 1
+    while path.exists():
+        number += 1
+        path = Path("runs") / f"{stem}-{number}.jsonl"
+    return path
 
 
 def run_and_summarize(config, *, quiet: bool):

@@ -8,6 +8,7 @@ from typing import Any
 
 import typer
 from rich.json import JSON
+from rich.markup import escape
 
 from agentfly_cli.cli.common import conflict_of, host_with_warnings, provenance_fields
 from agentfly_cli.cli.output import (
@@ -24,6 +25,7 @@ from agentfly_cli.cli.output import (
 )
 from agentfly_cli.errors import UserError
 from agentfly_cli.loading import resolve_tool, resolve_tools
+from agentfly_cli.safe_text import printable
 from agentfly_cli.tools import Tool, ToolErrorKind, ToolResult
 
 app = typer.Typer(help="List, inspect and call tools.", no_args_is_help=True)
@@ -102,7 +104,8 @@ def show_tool(
             flags.append("terminal: a call ends the episode")
         if component.env:
             flags.append(f"needs env '{component.env}'")
-        console.print(f"[bold]{component.name}[/bold]  ({'; '.join(flags)})", highlight=False)
+        name = escape(printable(component.name))
+        console.print(f"[bold]{name}[/bold]  ({escape('; '.join(flags))})", highlight=False)
         console.print(JSON(json.dumps(component.schema)))
 
 
@@ -135,7 +138,10 @@ def call_tool(
         latency_ms = 1000 * result.info.get("latency_s", 0.0)
         status = "ok" if result.ok else f"error ({result.error_kind})"
         stderr_console().print(
-            f"{status} · {component.name} · {latency_ms:.1f} ms", style="dim", highlight=False
+            f"{status} · {printable(component.name)} · {latency_ms:.1f} ms",
+            style="dim",
+            markup=False,
+            highlight=False,
         )
         print_text(result.observation)
     if not result.ok:

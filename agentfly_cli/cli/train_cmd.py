@@ -55,6 +55,7 @@ def train(
     """Train a model with RL on a recipe (default: the calculator recipe on SmolLM2-135M)."""
     from agentfly_cli.cli.rollout_cmd import _quiet_transformers, build_config
     from agentfly_cli.errors import UserError
+    from agentfly_cli.output_paths import check_folder_target
 
     config = build_config(
         spec or DEFAULT_RECIPE,
@@ -70,7 +71,7 @@ def train(
     )
     if resume and not (out or config.trainer.out):
         raise UserError("--resume needs --out RUN_DIR: the folder of the run to continue")
-    run_dir = run_dir_for(config, out)
+    run_dir = check_folder_target(run_dir_for(config, out), "--out")
     checkpoints = run_dir / "checkpoints"
     if not resume and checkpoints.is_dir() and any(checkpoints.iterdir()):
         raise UserError(

@@ -1,4 +1,8 @@
-"""``agentfly view``: show one trajectory, trained tokens apart from masked ones."""
+"""``agentfly view``: show one trajectory, trained tokens apart from masked ones.
+
+Everything shown comes from the model, the tools or the file: control characters are shown
+escaped and Rich markup is printed literally.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ import typer
 
 from agentfly_cli.cli.output import handle_errors, stderr_console, stdout_console, table
 from agentfly_cli.errors import UserError
+from agentfly_cli.safe_text import printable
 
 
 @handle_errors
@@ -20,49 +25,38 @@ def view(
     ),
 ) -> None:
     """Show one trajectory: trained tokens highlighted, masked tokens dim."""
-    from agentfly_cli.rollout.render import html_page, load_tokenizer_for, rich_text, token_pieces
-    from agentfly_cli.rollout.trajectory import read_trajectories
+    from agentfly_cli.rollout.render import (
+        html_page,
+        load_tokenizer_for,
+        read_trajectory_at,
+        rich_text,
+        token_pieces,
+    )
 
-    trajectories = read_trajectories(path)
-    if not trajectories:
+    trajectory, count = read_trajectory_at(path, index)
+    if count == 0:
         raise UserError(f"{path} holds no trajectories")
-    if not 0 <= index < len(trajectories):
-        raise UserError(f"--index {index} is out of range; {path} holds {len(trajectories)}")
-    trajectory = trajectories[index]
+    if trajectory is None:
+        raise UserError(
+            f"--index {index} is out of range; {path} holds {count} (use 0 to {count - 1})"
+        )
     tok = load_tokenizer_for(trajectory, tokenizer)
     pieces = token_pieces(trajectory, tok) if tok is not None else None
     title = f"{path.name} #{index}"
     if html is not None:
         html.write_text(html_page(trajectory, pieces, title), encoding="utf-8")
-        stderr_console().print(f"wrote {html}")
+        stderr_console().print(f"wrote {html}", markup=False, highlight=False)
         return
     console = stdout_console()
-    console.print(
-        table(
-            title,
-            ("reward", "finish", "turns", "tokens", "trained", "group", "prediction"),
-            [
-                (
-                    trajectory.reward,
-                    trajectory.finish_reason,
-                    trajectory.num_turns,
-                    len(trajectory.ids),
-                    sum(trajectory.loss_mask),
-                    trajectory.group_id,
-                    trajectory.prediction,
-                )
-            ],
-        )
-    )
+    console.print(table(title, ("field", "value"), facts_of(trajectory)))
     if pieces is None:
         stderr_console().print(
             "[yellow]note:[/yellow] tokenizer not found; showing messages (pass --tokenizer)"
         )
         for message in trajectory.messages:
             style = "bold green" if message.get("role") == "assistant" else "grey50"
-            console.print(
-                f"[{message.get('role')}] {message.get('content', '')}", style=style, markup=False
-            )
+            line = printable(f"[{message.get('role')}] {message.get('content', '')}")
+            console.print(line, style=style, markup=False, highlight=False)
         return
     console.print(
         "[bold green on grey11]trained[/] = sampled tokens (loss mask 1); "
@@ -71,8 +65,23 @@ def view(
     console.print(rich_text(pieces))
     for call in trajectory.tool_calls:
         console.print(
-            f"turn {call.turn} {call.name or '(parse error)'}({call.arguments}) -> "
-            f"{call.status}: {call.observation}",
+            printable(
+                f"turn {call.turn} {call.name or '(parse error)'}({call.arguments}) -> "
+                f"{call.status}: {call.observation}"
+            ),
             markup=False,
             highlight=False,
         )
+
+
+def facts_of(trajectory) -> list[tuple[str, object]]:
+    """The rows of the summary table: one per fact, so that long values wrap, never cut."""
+    trained = sum(trajectory.loss_mask)
+    return [
+        ("reward", trajectory.reward),
+        ("finish", trajectory.finish_reason),
+        ("turns", trajectory.num_turns),
+        ("tokens", f"{len(trajectory.ids)} ({trained} trained)"),
+        ("group", trajectory.group_id),
+        ("prediction", trajectory.prediction),
+    ]

@@ -8,7 +8,10 @@ from __future__ import annotations
 import html
 import json
 from dataclasses import dataclass
+from pathlib import Path
 
+from agentfly_cli.errors import UserError
+from agentfly_cli.json_files import BOM, decode_text, parse_json
 from agentfly_cli.rollout.trajectory import Trajectory
 
 
@@ -30,8 +33,8 @@ def token_pieces(trajectory: Trajectory, tokenizer) -> list[TokenPiece]:
         for i in range(turn.start, turn.end):
             roles[i] = turn.role
     pieces = []
-    for i, token_id in enumerate(trajectory.ids):
-        text = tokenizer.decode([token_id], skip_special_tokens=False)
+    texts = _decode_each(tokenizer, trajectory.ids)
+    for i, (token_id, text) in enumerate(zip(trajectory.ids, texts, strict=True)):
         pieces.append(
             TokenPiece(
                 text, token_id, bool(trajectory.loss_mask[i]), trajectory.logprobs[i], roles[i]
@@ -40,11 +43,62 @@ def token_pieces(trajectory: Trajectory, tokenizer) -> list[TokenPiece]:
     return pieces
 
 
+def _decode_each(tokenizer, ids: list[int]) -> list[str]:
+    """Each id decoded on its own (special tokens kept), in one batch where the tokenizer can."""
+    singles = [[token_id] for token_id in ids]
+    batch = getattr(tokenizer, "decode_batch", None)  # the `tokenizers` library's Tokenizer
+    if batch is not None:
+        return batch(singles, skip_special_tokens=False)
+    return [tokenizer.decode(single, skip_special_tokens=False) for single in singles]
+
+
+def read_trajectory_at(path: str | Path, index: int) -> tuple[Trajectory | None, int]:
+    """The ``index``-th trajectory of a JSONL file and how many the file holds.
+
+    Only that line is parsed (a file of thousands of chains opens as fast as one); blank lines
+    are skipped. ``None`` when ``index`` is out of range.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(
+            f"trajectory file {str(path)!r} not found; pass the --out file of a rollout"
+        )
+    count, chosen = 0, None
+    with open(path, "rb") as lines:
+        for number, raw in enumerate(lines, 1):
+            if not raw.strip():
+                continue
+            if count == index:
+                chosen = (number, raw.removeprefix(BOM) if number == 1 else raw)
+            count += 1
+    if chosen is None:
+        return None, count
+    number, raw = chosen
+    where, fix = f"{path}:{number}", "pass a JSONL file written by `agentfly rollout --out`"
+    data = parse_json(decode_text(raw, where, fix), where, fix)
+    try:
+        return Trajectory.from_dict(data), count
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise UserError(f"{where} is not a trajectory record ({exc}); {fix}") from None
+
+
 def load_tokenizer_for(trajectory: Trajectory, override: str | None = None):
-    """The tokenizer recorded in the trajectory's meta (or ``override``), or None."""
+    """The tokenizer recorded in the trajectory's meta (or ``override``), or None.
+
+    A folder with a ``tokenizer.json`` is read with the ``tokenizers`` library alone, in a few
+    milliseconds: importing transformers (and torch with it) would take seconds.
+    """
     source = override or trajectory.meta.get("tokenizer")
     if not source:
         return None
+    tokenizer_file = Path(source) / "tokenizer.json"
+    if tokenizer_file.is_file():
+        from tokenizers import Tokenizer
+
+        try:
+            return Tokenizer.from_file(str(tokenizer_file))
+        except Exception:  # a file the Rust library cannot read: try transformers
+            pass
     from transformers import AutoTokenizer
 
     try:
@@ -54,13 +108,18 @@ def load_tokenizer_for(trajectory: Trajectory, override: str | None = None):
 
 
 def rich_text(pieces: list[TokenPiece]):
-    """A Rich Text: trained tokens bold green on a dark background, masked tokens dim."""
+    """A Rich Text: trained tokens bold green on a dark background, masked tokens dim.
+
+    Control characters in the tokens are shown escaped, never sent to the terminal.
+    """
     from rich.text import Text
+
+    from agentfly_cli.safe_text import printable
 
     text = Text()
     for piece in pieces:
         style = "bold green on grey11" if piece.trained else "grey50"
-        text.append(piece.text, style=style)
+        text.append(printable(piece.text), style=style)
     return text
 
 

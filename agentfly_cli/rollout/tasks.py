@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from agentfly_cli.errors import UserError
+from agentfly_cli.rollout.task_files import read_rows
 
 ROLES = {"system", "user", "assistant", "tool"}
 
@@ -28,22 +29,7 @@ def load_tasks(
     ``where`` keeps the rows whose fields match (see :func:`select_rows`), before ``limit``;
     its errors name the setting ``where_key``.
     """
-    path = Path(path)
-    if not path.exists():
-        raise UserError(f"data file {str(path)!r} not found; pass --data FILE.jsonl")
-    if path.is_dir():
-        rows = _load_datasets_folder(path)
-    elif path.suffix == ".jsonl":
-        rows = _load_jsonl(path)
-    elif path.suffix == ".json":
-        rows = _load_json(path)
-    elif path.suffix == ".parquet":
-        rows = _load_parquet(path)
-    else:
-        raise UserError(
-            f"data file {str(path)!r} has an unknown format; use .jsonl, .json, .parquet "
-            "or a folder saved with datasets' save_to_disk"
-        )
+    rows = read_rows(path)
     if not rows:
         raise UserError(f"data file {str(path)!r} has no rows")
     for number, row in enumerate(rows, 1):
@@ -188,54 +174,3 @@ def _fill(text: str, task: Mapping[str, Any]) -> str:
         return text.format_map(_Fields(task))
     except (ValueError, IndexError, AttributeError):
         return text
-
-
-def _load_jsonl(path: Path) -> list[dict[str, Any]]:
-    rows = []
-    with open(path, encoding="utf-8") as lines:
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise UserError(
-                    f"{path}:{number}: not JSON ({exc.msg}); write one object per line"
-                ) from None
-    return rows
-
-
-def _load_json(path: Path) -> list[dict[str, Any]]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{path}: not JSON ({exc.msg} at line {exc.lineno})") from None
-    if isinstance(data, dict):
-        for key in ("data", "rows", "tasks"):
-            if isinstance(data.get(key), list):
-                return data[key]
-    if not isinstance(data, list):
-        raise UserError(f"{path}: expected a JSON list of task objects")
-    return data
-
-
-def _load_parquet(path: Path) -> list[dict[str, Any]]:
-    try:
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise UserError("reading Parquet needs pyarrow: pip install pyarrow") from None
-    return pq.read_table(path).to_pylist()
-
-
-def _load_datasets_folder(path: Path) -> list[dict[str, Any]]:
-    try:
-        import datasets
-    except ImportError:
-        raise UserError(
-            f"{path} is a folder; reading a datasets folder needs `pip install datasets`"
-        ) from None
-    loaded = datasets.load_from_disk(str(path))
-    if isinstance(loaded, datasets.DatasetDict):
-        split = "train" if "train" in loaded else next(iter(loaded))
-        loaded = loaded[split]
-    return [dict(row) for row in loaded]
