@@ -1,4 +1,5 @@
-"""The hf backend: exact greedy tokens, raw-model logprobs, batching, sampling, weight sync."""
+"""The hf backend: exact greedy tokens, logprobs of the sampling distribution, batching,
+sampling, weight sync."""
 
 from __future__ import annotations
 
@@ -109,11 +110,43 @@ def test_requests_joining_a_running_batch_stay_exact(backend, reference, prompts
         assert torch.allclose(torch.tensor(gen.logprobs), expected, atol=1e-4)
 
 
-def test_sampled_tokens_carry_raw_model_logprobs(backend, reference, prompts):
+def processed_logprobs(model, prompt, tokens, temperature, top_k=0, top_p=1.0):
+    """Logprobs under the distribution each token was drawn from: logits / T, then top-k,
+    then top-p over the renormalised rest (vLLM's processed_logprobs)."""
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + tokens])).logits[0, len(prompt) - 1 : -1]
+    logits = logits.float() / temperature
+    if top_k:
+        kth = logits.topk(top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        probs = logits.softmax(-1)
+        for row in range(probs.shape[0]):
+            for token in range(probs.shape[1]):
+                before = probs[row][probs[row] > probs[row, token]].sum()
+                if before >= top_p:
+                    logits[row, token] = float("-inf")
+    return logits.log_softmax(-1).gather(1, torch.tensor(tokens)[:, None])[:, 0]
+
+
+def test_sampled_tokens_carry_logprobs_of_the_processed_distribution(backend, reference, prompts):
     params = SamplingParams(max_tokens=12, temperature=0.7, top_k=20, top_p=0.9, seed=3)
     gen = run(backend.generate(prompts[1], params))
-    expected = forward_logprobs(reference, prompts[1], gen.token_ids)
+    expected = processed_logprobs(reference, prompts[1], gen.token_ids, 0.7, 20, 0.9)
     assert torch.allclose(torch.tensor(gen.logprobs), expected, atol=1e-4)
+    assert gen.info["logprobs"] == "processed"
+
+
+def test_tempered_tokens_carry_tempered_logprobs(tiny_model, tokenizer, reference, prompts):
+    """What the trainer computes at the rollout temperature (without top-k/top-p)."""
+    own = HFBackend(BackendConfig(model=str(tiny_model), device="cpu"), tokenizer)  # own cache
+    params = SamplingParams(max_tokens=12, temperature=0.7, seed=3)
+    gen = run(own.generate(prompts[1], params))
+    expected = processed_logprobs(reference, prompts[1], gen.token_ids, 0.7)
+    assert torch.allclose(torch.tensor(gen.logprobs), expected, atol=1e-4)
+    raw = forward_logprobs(reference, prompts[1], gen.token_ids)
+    assert (torch.tensor(gen.logprobs) - raw).abs().max() > 1e-2  # not the T=1 logprobs
+    run(own.close())
 
 
 def test_seed_makes_sampling_repeatable(backend, prompts):

@@ -88,6 +88,43 @@ def test_chunked_logprobs_equal_naive(model, share, max_tokens):
         assert len(plans) > 2  # the budget split the groups
 
 
+@pytest.mark.parametrize("share", [False, True])
+@pytest.mark.parametrize("temperature", [0.7, 1.5])
+def test_logprobs_and_entropy_at_a_temperature_are_of_the_divided_logits(model, share, temperature):
+    """What the trainer computes for rollouts sampled at ``temperature`` (verl divides the
+    logits likewise); chunks, shared prefixes and the checkpointed backward keep it exact."""
+    rows = make_rows()
+    want_logprobs, want_entropy = [], []
+    for row in rows:
+        ids = torch.tensor([row.ids])
+        with torch.no_grad():
+            logits = model(ids).logits[0, :-1].float() / temperature
+        trained = torch.tensor(row.loss_mask[1:]).bool()
+        logp = logits.log_softmax(-1)
+        want_logprobs.append(logp.gather(1, ids[0, 1:, None])[:, 0][trained])
+        want_entropy.append(-(logp.exp() * logp).sum(-1)[trained])
+    plans = plan_micro_batches(rows, range(len(rows)), max_tokens=10**6, share_prefix=share)
+    got_logprobs, got_entropy = [None] * len(rows), [None] * len(rows)
+    for plan in plans:
+        stats = sequence_logprobs(
+            model, plan.batch, chunk_size=4, entropy=True, temperature=temperature
+        )
+        sizes = [sum(rows[i].loss_mask[1:]) for i in plan.rows]
+        for i, lp, ent in zip(
+            plan.rows, stats.logprobs.split(sizes), stats.entropy.split(sizes), strict=True
+        ):
+            got_logprobs[i], got_entropy[i] = lp, ent
+    torch.testing.assert_close(torch.cat(got_logprobs), torch.cat(want_logprobs), atol=1e-5, rtol=0)
+    torch.testing.assert_close(torch.cat(got_entropy), torch.cat(want_entropy), atol=1e-5, rtol=0)
+
+
+def test_a_temperature_must_be_positive(model):
+    rows = make_rows(groups=1, per_group=1)
+    [plan] = plan_micro_batches(rows, [0], max_tokens=10**6, share_prefix=False)
+    with pytest.raises(ValueError, match="temperature must be > 0"):
+        sequence_logprobs(model, plan.batch, temperature=0.0)
+
+
 def test_groups_of_different_prompt_lengths_share_one_pass(model):
     """Left-padded prefixes of several lengths, and a group too short to share, in one plan."""
     rows = make_rows(groups=3, extra=(0, 9, 0))

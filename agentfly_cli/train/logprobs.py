@@ -8,6 +8,10 @@ instead of ``[batch, seq, vocab]``; the backward pass recomputes each chunk's lo
 A group's shared prompt can be forwarded once (batch 1) and its KV expanded to the group's
 continuations: gradients flow back through the expanded KV into the one prefix pass, so the
 result equals running every full sequence, at a fraction of the cost.
+
+``temperature`` divides the logits before the log-softmax (and the entropy), as verl does: the
+trainer passes the rollout's sampling temperature (:func:`logprob_temperature`), so that the
+policy it optimises is the distribution the tokens were sampled from. SFT keeps 1.
 """
 
 from __future__ import annotations
@@ -49,8 +53,22 @@ def split_model(model: Any) -> tuple[Any, Any]:
     return body, head
 
 
-def _head_chunk(head: Any, hidden: torch.Tensor, targets: torch.Tensor, entropy: bool):
+#: Sampling temperatures below this are greedy (as in the hf backend and vLLM).
+GREEDY_BELOW = 1e-5
+
+
+def logprob_temperature(sampling_temperature: float) -> float:
+    """The temperature of the trainer's logprobs for rollouts sampled at this temperature:
+    the same one, or 1 for greedy decoding (whose sampler logprobs are the raw model's)."""
+    return sampling_temperature if sampling_temperature >= GREEDY_BELOW else 1.0
+
+
+def _head_chunk(
+    head: Any, hidden: torch.Tensor, targets: torch.Tensor, entropy: bool, temperature: float
+):
     logits = head(hidden).float()
+    if temperature != 1.0:
+        logits = logits / temperature
     logp = torch.log_softmax(logits, dim=-1)
     picked = logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     if not entropy:
@@ -79,10 +97,14 @@ def head_logprobs(
     chunk_size: int = 0,
     entropy: bool = False,
     num_chunks: int | None = None,
+    temperature: float = 1.0,
 ) -> TokenStats:
-    """Logprobs of ``targets`` [N] under ``head(hidden)`` for hidden [N, H], chunk by chunk
-    (``chunk_size`` positions at a time; 0: :func:`auto_chunk_size`). ``num_chunks`` makes
-    exactly that many head calls instead (some may be empty): ranks under ZeRO-3 must agree."""
+    """Logprobs of ``targets`` [N] under ``head(hidden) / temperature`` for hidden [N, H], chunk
+    by chunk (``chunk_size`` positions at a time; 0: :func:`auto_chunk_size`). ``num_chunks``
+    makes exactly that many head calls instead (some may be empty): ranks under ZeRO-3 must
+    agree."""
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
     chunk_size = chunk_size or auto_chunk_size(head)
     count = hidden.shape[0]
     if num_chunks is None:
@@ -95,9 +117,9 @@ def head_logprobs(
         h = hidden[start:stop]
         t = targets[start:stop]
         if needs_ckpt:
-            lp, ent = checkpoint(_head_chunk, head, h, t, entropy, use_reentrant=False)
+            lp, ent = checkpoint(_head_chunk, head, h, t, entropy, temperature, use_reentrant=False)
         else:
-            lp, ent = _head_chunk(head, h, t, entropy)
+            lp, ent = _head_chunk(head, h, t, entropy, temperature)
         pieces.append(lp)
         if entropy:
             entropies.append(ent)
@@ -171,8 +193,10 @@ def sequence_logprobs(
     entropy: bool = False,
     return_hidden: bool = False,
     num_chunks: int | None = None,
+    temperature: float = 1.0,
 ) -> TokenStats:
-    """Logprobs (and entropies) at ``batch.target_mask`` positions, in row-major order."""
+    """Logprobs (and entropies) at ``batch.target_mask`` positions, in row-major order, of the
+    model's distribution at ``temperature``."""
     body, head = split_model(model)
     rows, width = batch.input_ids.shape
     device = batch.input_ids.device
@@ -196,15 +220,24 @@ def sequence_logprobs(
     picked = hidden[select]
     targets = batch.targets[select]
     stats = head_logprobs(
-        head, picked, targets, chunk_size=chunk_size, entropy=entropy, num_chunks=num_chunks
+        head,
+        picked,
+        targets,
+        chunk_size=chunk_size,
+        entropy=entropy,
+        num_chunks=num_chunks,
+        temperature=temperature,
     )
     if return_hidden:
         stats.hidden = picked
     return stats
 
 
-def naive_sequence_logprobs(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor):
+def naive_sequence_logprobs(
+    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0
+):
     """Reference: full logits in fp32 for the whole batch, then log-softmax (what we avoid)."""
     logits = model(input_ids=input_ids, attention_mask=attention_mask).logits.float()
+    logits = logits / temperature
     logp = torch.log_softmax(logits[:, :-1], dim=-1)
     return logp.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)

@@ -35,7 +35,12 @@ from agentfly_cli.train.batch import (
 )
 from agentfly_cli.train.checkpoint import CheckpointManager
 from agentfly_cli.train.data import TaskStream
-from agentfly_cli.train.logprobs import AUTO_CHUNK_LOGITS, SequenceBatch, sequence_logprobs
+from agentfly_cli.train.logprobs import (
+    AUTO_CHUNK_LOGITS,
+    SequenceBatch,
+    logprob_temperature,
+    sequence_logprobs,
+)
 
 log = logging.getLogger(__name__)
 
@@ -175,6 +180,8 @@ class Trainer:
             )
         vocab = self.train.unwrapped().config.vocab_size
         self.chunk = settings.logprob_chunk or max(16, AUTO_CHUNK_LOGITS // vocab)
+        # logprobs of the distribution the rollouts were sampled from (logits / T)
+        self.temperature = logprob_temperature(self.config.rollout.temperature)
         if self.train.world_size > 1 and backend_settings.zero_stage == 3:
             # ZeRO-3 gathers weights in every module call: all ranks must make the same calls,
             # and a shared-prefix pass is one more body call than a plain one.
@@ -493,7 +500,12 @@ class Trainer:
             trained = int(batch.target_mask.sum().item())
             chunks = distributed.agree_max(max(1, math.ceil(trained / self.chunk)))
         return sequence_logprobs(
-            self.train.model, batch, chunk_size=self.chunk, num_chunks=chunks, **options
+            self.train.model,
+            batch,
+            chunk_size=self.chunk,
+            num_chunks=chunks,
+            temperature=self.temperature,
+            **options,
         )
 
     def _idle_pass(self, *, backward: bool) -> None:
@@ -539,7 +551,9 @@ class Trainer:
                     v = self.value_head(stats.hidden).cpu()
                     values[index] = scatter_rows(v, sub, width)
             if self.reference is not None:
-                stats = sequence_logprobs(self.reference, plan.batch, chunk_size=self.chunk)
+                stats = sequence_logprobs(
+                    self.reference, plan.batch, chunk_size=self.chunk, temperature=self.temperature
+                )
                 ref[index] = scatter_rows(stats.logprobs.cpu(), sub, width)
         if need_old:
             batch.old_logprobs = old

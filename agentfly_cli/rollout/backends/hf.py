@@ -5,10 +5,10 @@ batch and runs every forward pass in one worker thread, so the event loop never 
 batch is continuous: new requests are prefilled and merged into the KV cache (left padding,
 attention mask, per-row position ids) at any decode step, and finished rows drop out.
 
-Logprobs: each sampled token's logprob is taken from the raw model distribution (log-softmax
-of the logits at temperature 1, before top-k and top-p), as vLLM returns by default. This is
-what PPO-style ratios against the trainer's own forward pass need. The token itself is sampled
-from the tempered, filtered distribution; temperature 0 is greedy.
+Logprobs: each sampled token's logprob is taken from the distribution it was drawn from: the
+log-softmax of the logits divided by the temperature, after top-k and top-p (vLLM's
+``processed_logprobs``); a greedy token's is the raw model's (temperature 1). Without top-k and
+top-p this is what the trainer computes (it divides its logits by the rollout temperature).
 """
 
 from __future__ import annotations
@@ -532,16 +532,16 @@ class HFBackend(Backend):
                 layer.values = layer.values[..., start:, :]
 
     def _sample(self, logits: Any, rows: list[_Row]) -> Any:
-        """Pick each row's next token and record it with its raw-model logprob."""
+        """Pick each row's next token and record it with its logprob (see the module doc)."""
         torch = self._torch
         logits = logits.float()
         tokens = logits.argmax(dim=-1)
+        logprobs = torch.log_softmax(logits, dim=-1).gather(1, tokens[:, None])[:, 0]
         temps = [row.req.params.temperature for row in rows]
         sampled = [i for i, t in enumerate(temps) if t >= _GREEDY_BELOW]
         if sampled:
             index = torch.tensor(sampled, device=logits.device)
-            tokens[index] = self._draw(logits[index], [rows[i] for i in sampled])
-        logprobs = torch.log_softmax(logits, dim=-1).gather(1, tokens[:, None])[:, 0]
+            tokens[index], logprobs[index] = self._draw(logits[index], [rows[i] for i in sampled])
         for row, token, logprob in zip(rows, tokens.tolist(), logprobs.tolist(), strict=True):
             row.token_ids.append(token)
             row.logprobs.append(logprob)
@@ -551,7 +551,8 @@ class HFBackend(Backend):
         return tokens
 
     def _draw(self, logits: Any, rows: list[_Row]) -> Any:
-        """Sample from tempered logits with per-row top-k / top-p and a per-row generator."""
+        """Sample from tempered logits with per-row top-k / top-p and a per-row generator;
+        the tokens and their logprobs under that tempered, filtered distribution."""
         torch = self._torch
         device = logits.device
         params = [row.req.params for row in rows]
@@ -574,9 +575,10 @@ class HFBackend(Backend):
         cdf = logits.softmax(dim=-1).cumsum(dim=-1)
         target = (uniform * cdf[:, -1])[:, None].to(cdf.dtype)
         choice = torch.searchsorted(cdf, target, right=True).clamp(max=cdf.shape[-1] - 1)
+        logprobs = torch.log_softmax(logits, dim=-1).gather(1, choice)[:, 0]
         if order is not None:
             choice = order.gather(1, choice)
-        return choice[:, 0]
+        return choice[:, 0], logprobs
 
     def _finish(self) -> list[tuple[_Request, Generation]]:
         done, keep = [], []
@@ -595,7 +597,7 @@ class HFBackend(Backend):
                 "forward_passes": row.passes,
                 "prompt_tokens": len(req.prompt_ids),
                 "queue_s": round(row.admitted_at - req.queued_at, 6),
-                "logprobs": "raw",
+                "logprobs": "processed",
             }
             done.append((req, Generation(row.token_ids, row.logprobs, reason, info=info)))
             if self._prefix_on():
