@@ -153,6 +153,33 @@ def test_shared_prefix_gives_the_same_gradient(model):
     assert plain.abs().max() > 0
 
 
+def test_the_gradient_at_a_temperature_equals_the_naive_one(model):
+    """Chunked, checkpointed and in place (the logits are divided in place) at T = 0.7."""
+    rows = make_rows()
+
+    def grads(chunked: bool) -> torch.Tensor:
+        model.zero_grad()
+        if chunked:
+            plans = plan_micro_batches(rows, range(len(rows)), max_tokens=20, share_prefix=True)
+            total = sum(
+                sequence_logprobs(model, plan.batch, chunk_size=4, temperature=0.7).logprobs.sum()
+                for plan in plans
+            )
+        else:
+            total = 0.0
+            for row in rows:
+                ids = torch.tensor([row.ids])
+                logits = model(ids).logits[0, :-1].float() / 0.7
+                picked = logits.log_softmax(-1).gather(1, ids[0, 1:, None])[:, 0]
+                total = total + picked[torch.tensor(row.loss_mask[1:]).bool()].sum()
+        total.backward()
+        return torch.cat([p.grad.flatten() for p in model.parameters()])
+
+    naive, chunked = grads(False), grads(True)
+    torch.testing.assert_close(chunked, naive, atol=1e-5, rtol=1e-4)
+    assert naive.abs().max() > 0
+
+
 def test_shared_prefix_stops_before_the_first_trained_token():
     rows = make_rows(groups=1)
     assert shared_prefix_length(rows) == 24  # the prompt minus the token that predicts

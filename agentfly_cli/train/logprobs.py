@@ -68,7 +68,7 @@ def _head_chunk(
 ):
     logits = head(hidden).float()
     if temperature != 1.0:
-        logits = logits / temperature
+        logits = logits.div_(temperature)  # in place: one [chunk, vocab] tensor, not two
     logp = torch.log_softmax(logits, dim=-1)
     picked = logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     if not entropy:
