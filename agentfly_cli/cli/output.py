@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -40,9 +41,21 @@ def stderr_console() -> Console:
 
 
 def print_json(data: Any) -> None:
-    """Write ``data`` as JSON to stdout (plain text, no Rich markup)."""
-    sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
+    """Write ``data`` as JSON to stdout (plain text, no Rich markup).
+
+    Text stays readable (UTF-8), except that lone surrogates, which UTF-8 cannot encode, are
+    written as JSON escapes: the output is always valid JSON.
+    """
+    text = json.dumps(data, indent=2, ensure_ascii=False, default=str)
+    sys.stdout.write(LONE_SURROGATE.sub(_json_escape, text) + "\n")
     sys.stdout.flush()
+
+
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _json_escape(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
 
 
 def print_text(text: str) -> None:
@@ -92,27 +105,32 @@ def handle_errors(command: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-WRAPPING_COLUMNS = frozenset(
-    {"description", "arguments", "dataset fields", "path", "flags", "tools", "hooks", "error"}
-    | {"value", "values (rows)"}
-)
-
-
 def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> Table:
     """A Rich table; cells are escaped so that user text never becomes markup or control codes.
 
-    Free-text columns (description, arguments, ...) wrap at words when the terminal is narrow;
-    the others (names, plugins, flags, numbers) stay on one line so they can be read and copied.
+    Every column wraps at spaces when the terminal is narrow (a header such as "reward mean"
+    too), so a word is never cut. Names, numbers and flags hold no spaces and stay whole; the
+    commands choose their columns so that the longest words fit 80 columns (tests check it).
     """
     result = Table(title=title, title_justify="left", header_style="bold", expand=False)
     for column in columns:
-        wraps = column in WRAPPING_COLUMNS
-        result.add_column(column, overflow="fold", no_wrap=not wraps, ratio=1 if wraps else None)
+        result.add_column(column, overflow="fold")
     for row in rows:
         result.add_row(*(escape(printable("" if cell is None else str(cell))) for cell in row))
     return result
 
 
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
+
+
+def summary(text: str | None) -> str:
+    """The first sentence of ``text``, whole: a table wraps it, never cuts it."""
+    joined = " ".join((text or "").split())
+    end = SENTENCE_END.search(joined)
+    return joined[: end.start()] if end else joined
+
+
 def first_line(text: str | None, width: int = 72) -> str:
+    """The first line of ``text``, cut at ``width`` (prefer :func:`summary` in tables)."""
     line = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
     return line if len(line) <= width else line[: width - 1] + "…"

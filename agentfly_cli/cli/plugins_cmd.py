@@ -36,21 +36,15 @@ def plugins(as_json: bool = JSON_OPTION) -> None:
     rows = [
         (
             plugin.name,
-            plugin.distribution or "?",
-            plugin.version or "?",
-            "yes" if plugin.builtin else "no",
+            f"{plugin.distribution or '?'} {plugin.version or '?'}"
+            + (" (built-in)" if plugin.builtin else ""),
             ", ".join(hook.removeprefix("register_") for hook in plugin.hooks) or "-",
             "ok" if plugin.ok else "ERROR",
         )
         for plugin in host.plugins
     ]
-    stdout_console().print(
-        table(
-            f"{len(rows)} plugins",
-            ("name", "distribution", "version", "built-in", "hooks", "status"),
-            rows,
-        )
-    )
+    columns = ("name", "distribution", "hooks", "status")
+    stdout_console().print(table(f"{len(rows)} plugins", columns, rows))
     for plugin in host.plugins:
         for line in problems_of(plugin):
             print_text(f"{plugin.name}: {line}")

@@ -32,10 +32,10 @@ def list_recipes(as_json: bool = JSON_OPTION) -> None:
     if as_json:
         print_json(items)
         return
-    rows = [(i["name"], i["description"], i["path"], i["plugin"]) for i in items]
-    stdout_console().print(
-        table(f"{len(items)} recipes", ("name", "description", "path", "plugin"), rows)
-    )
+    rows = [(i["name"], i["description"], i["plugin"]) for i in items]
+    console = stdout_console()
+    console.print(table(f"{len(items)} recipes", ("name", "description", "plugin"), rows))
+    console.print("one recipe's file, settings and data: agentfly recipes show NAME")
 
 
 @app.command("show")

@@ -11,10 +11,10 @@ from agentfly_cli.cli.common import conflict_of, host_with_warnings, provenance_
 from agentfly_cli.cli.output import (
     EXIT_FAILURE,
     JSON_OPTION,
-    first_line,
     handle_errors,
     print_json,
     stdout_console,
+    summary,
     table,
 )
 from agentfly_cli.errors import RewardError, UserError
@@ -50,7 +50,7 @@ def list_rewards(as_json: bool = JSON_OPTION) -> None:
         (
             item["name"],
             ", ".join(item["fields"]) or "-",
-            first_line(item["description"], 60),
+            summary(item["description"]),
             item["plugin"] + (" (CONFLICT)" if item["conflict"] else ""),
         )
         for item in items

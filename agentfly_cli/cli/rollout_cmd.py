@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.markup import escape
 
 from agentfly_cli.cli.output import (
     JSON_OPTION,
@@ -16,9 +15,7 @@ from agentfly_cli.cli.output import (
     print_json,
     stderr_console,
     stdout_console,
-    table,
 )
-from agentfly_cli.safe_text import printable
 
 SPEC = typer.Argument(None, help="A recipe name (see `agentfly recipes list`) or a YAML config.")
 MODEL = typer.Option(None, "--model", help="Model folder, or an alias: tiny, smollm2.")
@@ -141,74 +138,6 @@ def _quiet_transformers() -> None:
     hf_logging.set_verbosity_error()
 
 
-def summary_tables(summary: dict[str, Any]) -> list:
-    """Rich tables of a rollout summary."""
-    overview = table(
-        "rollout",
-        ("chains", "tasks", "reward mean", "reward max", "turns mean", "turns max", "tokens/s"),
-        [
-            (
-                summary["chains"],
-                summary["tasks"],
-                _fmt(summary["reward_mean"]),
-                _fmt(summary["reward_max"]),
-                _fmt(summary["turns_mean"]),
-                summary["turns_max"],
-                _fmt(summary.get("sampled_tokens_per_s")),
-            )
-        ],
-    )
-    calls = table(
-        "tool calls",
-        ("tool", "calls", "errors"),
-        [(n, v["calls"], v["errors"]) for n, v in summary["tool_calls"].items()] or [("-", 0, 0)],
-    )
-    errors = table(
-        "error kinds", ("kind", "count"), list(summary["error_kinds"].items()) or [("none", 0)]
-    )
-    finishes = table(
-        "finish reasons", ("reason", "chains"), list(summary["finish_reasons"].items())
-    )
-    tables = [overview, calls, errors, finishes]
-    if summary.get("envs"):
-        columns = ("acquired", "released", "restarts", "killed", "failed", "timeouts", "started")
-        tables.append(
-            table(
-                "env pools",
-                ("env", *columns),
-                [
-                    (name, *(stats.get(c, 0) for c in columns))
-                    for name, stats in summary["envs"].items()
-                ],
-            )
-        )
-    return tables
-
-
-def _fmt(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.3f}"
-    return str(value)
-
-
-def _report(summary: dict[str, Any], out: str | None) -> None:
-    console = stdout_console()
-    for item in summary_tables(summary):
-        console.print(item)
-    if summary.get("aborted"):
-        example = escape(printable(str(summary["aborted"][0])))
-        console.print(f"[red]aborted chains, e.g.:[/red] {example}", highlight=False)
-    if not summary["token_exact"]:
-        console.print(
-            "[yellow]note:[/yellow] the backend did not return token ids; these trajectories "
-            "serve evaluation, not training (use hf, vllm, or a vLLM server)"
-        )
-    if out:
-        console.print(f"trajectories: {out}  (view one with `agentfly view {out}`)")
-
-
 @handle_errors
 def rollout(
     spec: str = SPEC,
@@ -231,6 +160,8 @@ def rollout(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Roll out agent chains and write token-exact trajectories."""
+    from agentfly_cli.cli.rollout_report import print_report
+
     config = with_output_file(
         build_config(**locals_without(locals(), "quiet", "as_json")), "rollout"
     )
@@ -238,7 +169,7 @@ def rollout(
     if as_json:
         print_json({"summary": summary, "out": config.out})
         return
-    _report(summary, config.out)
+    print_report(summary, config.out)
 
 
 @handle_errors
@@ -266,6 +197,7 @@ def evaluate(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Evaluate: roll out n chains per task and report pass@k and mean@k."""
+    from agentfly_cli.cli.rollout_report import eval_tables, print_report
     from agentfly_cli.errors import UserError
     from agentfly_cli.rollout.summary import evaluate as evaluate_trajectories
 
@@ -279,21 +211,9 @@ def evaluate(
         print_json({"summary": summary, "eval": report, "out": config.out})
         return
     console = stdout_console()
-    keys = [k for k in report["overall"] if k.startswith(("pass@", "mean@"))]
-    rows = [
-        (r["task_index"], r.get("id") or "", r["correct"], *(_fmt(r[k]) for k in keys))
-        for r in report["tasks"]
-    ]
-    console.print(table("per task", ("task", "id", "passed", *keys), rows))
-    console.print(
-        table(
-            f"overall ({report['overall']['tasks']} tasks, n={report['overall']['n']}, "
-            f"pass = reward >= {threshold:g})",
-            keys,
-            [[_fmt(report["overall"][k]) for k in keys]],
-        )
-    )
-    _report(summary, config.out)
+    for item in eval_tables(report, threshold):
+        console.print(item)
+    print_report(summary, config.out)
 
 
 def with_output_file(config, command: str):

@@ -15,12 +15,12 @@ from agentfly_cli.cli.output import (
     EXIT_FAILURE,
     EXIT_USAGE,
     JSON_OPTION,
-    first_line,
     handle_errors,
     print_json,
     print_text,
     stderr_console,
     stdout_console,
+    summary,
     table,
 )
 from agentfly_cli.errors import UserError
@@ -58,27 +58,21 @@ def list_tools(as_json: bool = JSON_OPTION) -> None:
         return
     rows = []
     for item, entry in zip(items, registry.entries(), strict=True):
-        flags = ", ".join(
-            flag
-            for flag in (
-                "terminal" if item["terminal"] else "",
-                f"env={item['env']}" if item["env"] else "",
-                "CONFLICT" if item["conflict"] else "",
-            )
-            if flag
-        )
+        flags = [
+            *(["terminal"] if item["terminal"] else []),
+            *([f"env: {item['env']}"] if item["env"] else []),
+            *(["CONFLICT"] if item["conflict"] else []),
+        ]
         rows.append(
             (
                 item["name"],
                 entry.obj.signature_text() or "-",
-                first_line(item["description"], 60),
-                item["plugin"],
-                flags,
+                summary(item["description"]),
+                "\n".join([item["plugin"], *flags]),  # flags under the plugin: fits 80 columns
             )
         )
-    stdout_console().print(
-        table(f"{len(items)} tools", ("name", "arguments", "description", "plugin", "flags"), rows)
-    )
+    columns = ("name", "arguments", "description", "plugin, flags")
+    stdout_console().print(table(f"{len(items)} tools", columns, rows))
 
 
 @app.command("show")
