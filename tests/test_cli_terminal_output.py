@@ -188,3 +188,15 @@ def test_rollout_without_out_saves_under_runs_and_says_where(tiny_model, tmp_pat
     out = json.loads(second.stdout)["out"]
     assert out.startswith("runs/custom-rollout-") and (tmp_path / out).is_file()
     assert len(list((tmp_path / "runs").glob("*.jsonl"))) == 2  # the first one is kept
+
+
+def test_lone_surrogate_in_tool_output_prints_in_both_modes(tmp_path):
+    """A lone surrogate cannot be encoded as UTF-8: shown escaped, and as a JSON escape."""
+    path = tmp_path / "surrogate_tools.py"
+    path.write_text('def half() -> str:\n    """Half a pair."""\n    return "a \\ud800 b"\n')
+    human = agentfly("tools", "call", f"{path}:half")
+    assert human.exit_code == 0, human.output
+    assert "a \\ud800 b" in human.stdout
+    as_json = agentfly("tools", "call", f"{path}:half", "--json")
+    assert as_json.exit_code == 0, as_json.output
+    assert json.loads(as_json.stdout)["observation"] == "a \ud800 b"
