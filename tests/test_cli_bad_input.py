@@ -297,3 +297,17 @@ def test_every_command_named_in_a_message_exists():
                 break  # a command, not a group: the rest are its arguments
             assert word in commands, f"`agentfly {words}` is quoted but there is no {word!r}"
             command = commands[word]
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1"])
+def test_tools_call_timeout_must_be_finite_and_positive(value):
+    result = agentfly(
+        "tools", "call", "calculator", "--args", '{"expression": "1"}', "--timeout", value
+    )
+    one_line_error(result, "--timeout must be a positive number of seconds")
+
+
+def test_eval_threshold_must_be_a_number(good, model_loads):
+    result = agentfly("eval", *rollout_args(good, "--reward", "exact_match", "--threshold", "nan"))
+    one_line_error(result, "--threshold nan", "finite number")
+    assert model_loads == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -201,6 +202,8 @@ def evaluate(
     from agentfly_cli.errors import UserError
     from agentfly_cli.rollout.summary import evaluate as evaluate_trajectories
 
+    if not math.isfinite(threshold):
+        raise UserError(f"--threshold {threshold}: must be a finite number, e.g. 1 or 0.5")
     config = build_config(**locals_without(locals(), "quiet", "as_json", "threshold"))
     config = with_output_file(config, "eval")
     if not config.reward:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 from typing import Any
 
 import typer
@@ -123,8 +124,8 @@ def call_tool(
     component = resolve_tool(name)
     arguments = _json_object(args, "--args")
     task_row = _json_object(task, "--task")
-    if timeout is not None and timeout <= 0:
-        raise UserError("--timeout must be a positive number of seconds")
+    if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
+        raise UserError(f"--timeout must be a positive number of seconds, e.g. 5 (got {timeout})")
     result = asyncio.run(_call(component, arguments, task_row, timeout))
     if as_json:
         print_json(result.to_dict())
