@@ -34,9 +34,7 @@ def check_folder_target(path: str | os.PathLike, flag: str = "--out") -> Path:
     """``path`` as a folder that can be written (it may not exist yet)."""
     path = Path(path)
     if path.exists() and not path.is_dir():
-        raise UserError(
-            f"{flag} {str(path)!r} is a file; pass a folder (it is created if missing)"
-        )
+        raise UserError(f"{flag} {str(path)!r} is a file; pass a folder (it is created if missing)")
     if path.is_dir():
         _probe(path, path, flag)
     else:
