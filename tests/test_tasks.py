@@ -141,3 +141,42 @@ def test_field_choices_lists_the_fields_worth_selecting_on():
     assert "kind" not in field_choices(KINDS)  # a row without the field: not selectable by all
     assert field_choices(rows, max_values=2) == {"level": {"1": 2, "2": 3}}
     assert field_choices([]) == {}
+
+
+def _nested(levels: int) -> str:
+    return "[" * levels + "]" * levels
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("t.jsonl", b'{"question": "x"}\n\x00\x00', "t.jsonl:2: holds NUL bytes"),
+        ("t.jsonl", '{"question": "é"}\n'.encode("latin-1"), "t.jsonl:1: byte 0xe9 at offset"),
+        ("t.jsonl", ('{"question": "x", "y": ' + _nested(100_000) + "}").encode(), "too deeply"),
+        ("t.json", _nested(100_000).encode(), "t.json: JSON nested too deeply"),
+        ("t.jsonl", ('{"question": "x", "y": ' + _nested(150) + "}").encode(), "more than 100"),
+        ("t.parquet", b"PAR1", "not a readable Parquet file"),
+    ],
+)
+def test_unreadable_files_are_one_clear_error(tmp_path, name, content, message):
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(UserError) as error:
+        load_tasks(path)
+    assert message in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_a_folder_must_be_a_saved_dataset(tmp_path):
+    (tmp_path / "rows.txt").write_text("x")
+    with pytest.raises(UserError, match="not one saved with datasets' save_to_disk"):
+        load_tasks(tmp_path)
+
+
+def test_a_utf8_byte_order_mark_is_accepted(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b'\xef\xbb\xbf{"question": "x"}\n')
+    assert load_tasks(path) == [{"question": "x"}]
+    as_json = tmp_path / "t.json"
+    as_json.write_bytes(b'\xef\xbb\xbf[{"question": "x"}]')
+    assert load_tasks(as_json) == [{"question": "x"}]

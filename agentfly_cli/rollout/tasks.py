@@ -16,6 +16,7 @@ from agentfly_cli.errors import UserError
 from agentfly_cli.rollout.task_files import read_rows
 
 ROLES = {"system", "user", "assistant", "tool"}
+MAX_NESTING = 100  # a task row deeper than this could not be written into a trajectory
 
 
 def load_tasks(
@@ -116,9 +117,15 @@ def _field_names(rows: Sequence[Any]) -> str:
 
 
 def check_task(row: Any, where: str) -> None:
-    """Raise a UserError unless ``row`` is an object with ``question`` or valid ``messages``."""
+    """Raise a UserError unless ``row`` is an object with ``question`` or valid ``messages``,
+    nested at most :data:`MAX_NESTING` levels deep."""
     if not isinstance(row, Mapping):
         raise UserError(f"{where}: expected a JSON object, got {type(row).__name__}")
+    if nesting(row) > MAX_NESTING:
+        raise UserError(
+            f"{where}: nested more than {MAX_NESTING} levels of lists or objects deep; flatten "
+            "it (writing such a row into a trajectory would pass Python's recursion limit)"
+        )
     if "messages" in row:
         messages = row["messages"]
         if not isinstance(messages, list) or not messages:
@@ -137,6 +144,22 @@ def check_task(row: Any, where: str) -> None:
         raise UserError(
             f"{where}: needs a 'question' field (the user message) or 'messages' (a conversation)"
         )
+
+
+def nesting(value: Any) -> int:
+    """How many levels of lists and objects ``value`` nests (iterative: any depth is fine)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, Mapping):
+            children = item.values()
+        elif isinstance(item, (list, tuple)):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 def opening_messages(
