@@ -455,3 +455,29 @@ def test_a_parser_from_a_file(tmp_path):
     assert [c.arguments for c in parsed.calls] == [{"expression": "1+2"}]
     with pytest.raises(UserError, match="no parse"):
         get_parser(f"{source}:not_a_parser")
+
+
+# -- strict JSON and bounded raw text (issue 15) ----------------------------------------------
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity", "1e999"])
+def test_non_finite_numbers_are_invalid_json_the_model_reads(value):
+    text = f'<tool_call>{{"name": "calculator", "arguments": {{"x": {value}}}}}</tool_call>'
+    parsed = parser("hermes").parse(text)
+    assert parsed.calls == []
+    assert "invalid JSON" in parsed.errors[0].message
+    assert value.lstrip("-") in parsed.errors[0].message
+    react = parser("react").parse(f'Action: calculator\nAction Input: {{"x": {value}}}')
+    assert react.calls[0].arguments == f'{{"x": {value}}}'  # kept as text, never a float nan
+
+
+def test_items_of_a_list_of_calls_keep_their_own_raw_text():
+    text = '<tool_call>[{"name": "a"}, {"name": "b", "arguments": {"x": 1}}, 7]</tool_call>'
+    parsed = parser("hermes").parse(text)
+    assert [c.raw for c in parsed.calls] == ['{"name":"a"}', '{"name":"b","arguments":{"x":1}}']
+    assert parsed.errors[0].raw == "7"
+
+
+def test_llama3_broken_call_is_one_error_and_a_later_call_still_runs():
+    text = '{"name": "a", "parameters": {"x": oops}} then {"name": "b", "parameters": {}}'
+    parsed = parser("llama3_json").parse(text)
+    assert calls(parsed) == [("b", {})]
+    assert len(parsed.errors) == 1 and parsed.errors[0].raw == '{"name": "a", "parameters": {"x": o'

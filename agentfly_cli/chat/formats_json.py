@@ -6,12 +6,15 @@ import json
 import re
 from typing import Any
 
+from agentfly_cli.chat.json_extent import value_end
 from agentfly_cli.chat.parsed import (
+    JSON_DECODER,
     BaseParser,
     ParsedResponse,
     ParseError,
     ToolCall,
     call_from_json,
+    json_error,
     json_values,
     strip_fence,
 )
@@ -20,22 +23,36 @@ from agentfly_cli.chat.parsed import (
 def _add_calls(
     value: Any, raw: str, fmt: str, calls: list[ToolCall], errors: list[ParseError]
 ) -> None:
-    """A decoded value is one call, or a list of calls."""
-    for item in value if isinstance(value, list) else [value]:
-        result = call_from_json(item, raw, fmt)
+    """A decoded value is one call, or a list of calls. Each item of a list keeps its own JSON
+    as its raw text, so that a list of many items does not repeat the whole list per item."""
+    if not isinstance(value, list):
+        result = call_from_json(value, raw, fmt)
+        (calls if isinstance(result, ToolCall) else errors).append(result)
+        return
+    for item in value:
+        result = call_from_json(item, _compact_json(item), fmt)
         (calls if isinstance(result, ToolCall) else errors).append(result)
 
 
-def _decode_one(text: str, pos: int = 0) -> tuple[Any, int] | str:
-    """One JSON value at ``pos`` (after whitespace): (value, end), or why it is not JSON."""
+def _compact_json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _decode_one(text: str, pos: int = 0) -> tuple[Any, int, str | None]:
+    """One JSON value at ``pos`` (after whitespace): ``(value, end, None)``, or ``(None, end,
+    why it is not JSON)`` where ``end`` is just past where it broke, which bounds the text that
+    the error covers."""
     while pos < len(text) and text[pos].isspace():
         pos += 1
     try:
-        return json.JSONDecoder().raw_decode(text, pos)
+        value, end = JSON_DECODER.raw_decode(text, pos)
     except ValueError as exc:
-        return f"invalid JSON ({getattr(exc, 'msg', exc)} at character {getattr(exc, 'pos', pos)})"
+        broke = getattr(exc, "pos", None)
+        end = broke + 1 if broke is not None else value_end(text, pos)
+        return None, end, json_error(exc, pos)
     except RecursionError:
-        return "invalid JSON (nested too deeply)"
+        return None, value_end(text, pos), "invalid JSON (nested too deeply)"
+    return value, end, None
 
 
 class HermesParser(BaseParser):
@@ -53,9 +70,14 @@ class HermesParser(BaseParser):
         errors: list[ParseError] = []
         content: list[str] = []
         pos = 0
+        next_open, next_close = body.find(self.OPEN), body.find(self.CLOSE)
         while pos <= len(body):
-            start = body.find(self.OPEN, pos)
-            stray = body.find(self.CLOSE, pos)
+            # each tag is searched for once: a turn of many stray tags stays linear
+            if 0 <= next_open < pos:
+                next_open = body.find(self.OPEN, pos)
+            if 0 <= next_close < pos:
+                next_close = body.find(self.CLOSE, pos)
+            start, stray = next_open, next_close
             if stray >= 0 and (start < 0 or stray < start):
                 content.append(body[pos:stray])
                 errors.append(
@@ -70,7 +92,7 @@ class HermesParser(BaseParser):
                 content.append(body[pos:])
                 break
             content.append(body[pos:start])
-            end = body.find(self.CLOSE, start + len(self.OPEN))
+            end = next_close  # not before start: an earlier one was a stray
             if end < 0:
                 errors.append(
                     ParseError(
@@ -120,15 +142,18 @@ class Llama3JsonParser(BaseParser):
         for match in self._START.finditer(body):
             if match.start() < scan:
                 continue
-            decoded = _decode_one(body, match.start())
-            if isinstance(decoded, str):
+            value, end, problem = _decode_one(body, match.start())
+            if problem is not None:
+                # the broken text up to where it broke is one error and stays text; a call
+                # nested in it is not tried again, so a deep nest costs one pass, not one each
                 errors.append(
-                    ParseError(f"{decoded} in a tool call. {self.expected}", body[match.start() :])
+                    ParseError(
+                        f"{problem} in a tool call. {self.expected}", body[match.start() : end]
+                    )
                 )
-                gaps.append(body[pos : match.end()])
-                pos = scan = match.end()
+                gaps.append(body[pos:end])
+                pos = scan = end
                 continue
-            value, end = decoded
             scan = end
             if not self._is_call(value):
                 continue  # JSON that merely has a "name" field stays text
@@ -175,11 +200,10 @@ class MistralParser(BaseParser):
         content = [parts[0]]
         for part in parts[1:]:
             named = self._NAMED.match(part)
-            decoded = _decode_one(part, named.end() if named else 0)
-            if isinstance(decoded, str):
-                errors.append(ParseError(f"{decoded} after {self.MARK}. {self.expected}", part))
+            value, end, problem = _decode_one(part, named.end() if named else 0)
+            if problem is not None:
+                errors.append(ParseError(f"{problem} after {self.MARK}. {self.expected}", part))
                 continue
-            value, end = decoded
             raw = self.MARK + part[:end]
             if named:
                 value = {"name": named.group(1), "arguments": value, "id": named.group(2) or ""}

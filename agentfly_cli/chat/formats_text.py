@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any
 
-from agentfly_cli.chat.parsed import BaseParser, ParsedResponse, ParseError, ToolCall, strip_fence
+from agentfly_cli.chat.parsed import (
+    BaseParser,
+    ParsedResponse,
+    ParseError,
+    ToolCall,
+    decode_json,
+    strip_fence,
+)
 from agentfly_cli.errors import UserError
 
 
@@ -93,7 +99,7 @@ def _react_arguments(text: str) -> dict | str:
     if not text:
         return {}
     try:
-        value = json.loads(text)
+        value = decode_json(text)
     except (ValueError, RecursionError):
         return text
     if isinstance(value, (dict, str)):
@@ -142,6 +148,7 @@ class LineParser(BaseParser):
 
     def __init__(self, commands: list[LineCommand]) -> None:
         self.commands = commands
+        self._by_prefix = {c.prefix: c for c in commands}
         forms = [
             c.prefix if c.takes_no_value else f"{c.prefix}: <{c.argument or 'answer'}>"
             for c in commands
@@ -167,7 +174,7 @@ class LineParser(BaseParser):
         answer: str | None = None
         for line in body.splitlines():
             stripped = line.strip()
-            command = next((c for c in self.commands if c.matches(stripped)), None)
+            command = self._command_of(stripped) if stripped else None
             if command is None:
                 content.append(line)
                 continue
@@ -190,6 +197,14 @@ class LineParser(BaseParser):
             else:
                 calls.append(ToolCall(command.tool, {command.argument: value}, raw=stripped))
         return ParsedResponse("\n".join(content).strip(), calls, errors, answer=answer)
+
+    def _command_of(self, line: str) -> LineCommand | None:
+        """The command a stripped line is (a prefix never holds ':', so one lookup decides)."""
+        head, colon, _ = line.partition(":")
+        command = self._by_prefix.get(head)
+        if command is not None and (colon or command.takes_no_value):
+            return command
+        return None
 
 
 def _command(prefix: Any, spec: Any) -> LineCommand:
