@@ -58,6 +58,8 @@ class ToolErrorKind:
     BAD_RETURN = "bad_return"
     UNKNOWN_TOOL = "unknown_tool"
     PARSE_ERROR = "parse_error"
+    UNPARSED_CALL = "unparsed_call"  # tool-call markup the configured parser does not read
+    TOO_MANY_CALLS = "too_many_calls"  # calls over rollout.max_calls_per_turn, not run
 
 
 @dataclass

@@ -565,3 +565,40 @@ def test_empty_contents_get_their_own_frame(tiny_model):
             chat._prompts.clear()  # skip the whole-prompt cache: exercise the frames
     frames = [entry[1] for key, entry in chat._frames.items() if key[0] == "prompt"]
     assert len(frames) == 2 and all(f is not None for f in frames)  # none had to be dropped
+
+
+# -- templates that ignore `tools` (issue 15) --------------------------------------------------
+def _engine_warnings(chat, parser_name, caplog):
+    from agentfly_cli.chat import tool_visibility
+    from agentfly_cli.chat.parsers import get_parser
+    from agentfly_cli.rollout.backends.scripted import ScriptedBackend
+    from agentfly_cli.rollout.engine import RolloutEngine
+    from tools_builtin.calculator import calculator
+
+    tool_visibility._warned.clear()
+    options = {"commands": {"CALC": {"tool": "calculator", "argument": "expression"}}}
+    parser = get_parser(parser_name, options if parser_name == "line" else None)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="agentfly_cli.chat.tool_visibility"):
+        for _ in range(2):  # a second engine on the same template: no second warning
+            RolloutEngine(ScriptedBackend([], chat), chat, parser, [calculator])
+    return [r.getMessage() for r in caplog.records if "ignores `tools`" in r.getMessage()]
+
+
+def test_a_template_that_ignores_tools_is_warned_about_once(tiny_model, caplog):
+    chat = ChatTemplate.load(str(tiny_model), "chatml")  # plain ChatML: no tool list
+    [warning] = _engine_warnings(chat, "hermes", caplog)
+    assert "'chatml'" in warning and "never sees the schemas of calculator" in warning
+    assert "--template hermes" in warning and "--parser line or react" in warning
+
+
+def test_smollm2_own_template_ignores_tools(smollm2_tokenizer, realdata, caplog):
+    chat = ChatTemplate.load(smollm2_tokenizer, realdata / "smollm2" / "chat_template.jinja")
+    assert len(_engine_warnings(chat, "hermes", caplog)) == 1
+
+
+@pytest.mark.parametrize(("template", "parser"), [("chatml-tools", "hermes"), ("chatml", "line")])
+def test_no_warning_when_the_model_sees_the_tools(tiny_model, caplog, template, parser):
+    # chatml-tools lists the tools; a text protocol describes them in the system prompt
+    chat = ChatTemplate.load(str(tiny_model), template)
+    assert _engine_warnings(chat, parser, caplog) == []

@@ -528,3 +528,150 @@ def test_turns_stopped_at_a_newline_are_closed_before_the_observation(chat):
     schemas = [calculator.schema, answer.schema]
     rendered = chat.render_text(messages[:upto], schemas, add_generation_prompt=True)
     assert chat.decode(trajectory.ids[: observation.end]) == rendered
+
+
+# -- model output is data: caps, unread markup, parsing off the loop (issue 15) ----------------
+LINE_COMMANDS = {
+    "commands": {
+        "CALC": {"tool": "calculator", "argument": "expression"},
+        "ANSWER": {"tool": "answer", "argument": "answer"},
+    }
+}
+
+
+def line_engine(chat, script, **settings):
+    options = {"n": 1, "max_turns": 2, "seed": 0, **settings}
+    return RolloutEngine(
+        ScriptedBackend(script, chat),
+        chat,
+        get_parser("line", LINE_COMMANDS),
+        [calculator, answer],
+        math_equal,
+        RolloutSettings(**options),
+    )
+
+
+def test_calls_over_the_per_turn_cap_are_one_counted_error_not_run(chat):
+    from agentfly_cli.rollout.summary import summarize
+
+    turn = "\n".join(f"CALC: {i} + 1" for i in range(2000))
+    engine = line_engine(
+        chat,
+        [[turn, "ANSWER: 1"]],
+        max_calls_per_turn=16,
+        max_tokens_per_turn=50_000,
+        max_total_tokens=60_000,
+    )
+    [trajectory] = run(engine, [{"question": "q", "answer": "1"}])
+    trajectory.check()
+    ran = [c for c in trajectory.tool_calls if c.name == "calculator"]
+    assert [c.observation for c in ran] == [str(i + 1) for i in range(16)]
+    capped = [c for c in trajectory.tool_calls if c.error_kind == "too_many_calls"]
+    assert len(capped) == 1
+    assert "made 2000 tool calls; only the first 16 ran" in capped[0].observation
+    read = [m["content"] for m in trajectory.messages]
+    assert capped[0].observation in read  # the model reads it
+    assert len(trajectory.messages[1]["tool_calls"]) == 16  # the record names what ran
+    assert trajectory.finish_reason == "terminal_tool"
+    assert summarize([trajectory])["error_kinds"] == {"too_many_calls": 1}
+
+
+def test_the_default_cap_is_a_rollout_setting():
+    assert RolloutSettings().max_calls_per_turn == 16
+    with pytest.raises(ValueError, match="max_calls_per_turn"):
+        RolloutSettings(max_calls_per_turn=0)
+
+
+def test_many_malformed_calls_are_capped_too(chat):
+    turn = "<tool_call>{oops}</tool_call>" * 1000
+    engine = make_engine(
+        chat, [[turn]], max_calls_per_turn=4, max_turns=1, max_tokens_per_turn=50_000,
+        max_total_tokens=60_000,
+    )  # fmt: skip
+    [trajectory] = run(engine, [{"question": "q"}])
+    errors = [c for c in trajectory.tool_calls if c.error_kind == "parse_error"]
+    assert len(errors) == 5 and "996 more malformed tool calls" in errors[-1].observation
+
+
+@pytest.mark.parametrize(
+    ("parser_name", "turn", "shown"),
+    [
+        ("line", call("calculator", expression="2 + 3"), "<tool_call"),
+        ("hermes", '[TOOL_CALLS] [{"name": "calculator", "arguments": {}}]', "[TOOL_CALLS]"),
+        ("hermes", '<tool_call >{"name": "calculator"}</tool_call >', "<tool_call"),
+        ("hermes", '{"name": "calculator", "arguments": {"expression": "1"}}', '{"name"'),
+    ],
+)
+def test_tool_call_markup_the_parser_does_not_read_is_an_unparsed_call(
+    chat, parser_name, turn, shown
+):
+    from agentfly_cli.rollout.summary import summarize
+
+    engine = RolloutEngine(
+        ScriptedBackend([[turn, "The answer is 5."]], chat),
+        chat,
+        get_parser(parser_name, LINE_COMMANDS if parser_name == "line" else None),
+        [calculator, answer],
+        math_equal,
+        RolloutSettings(n=1, max_turns=2),
+    )
+    [trajectory] = run(engine, [{"question": "q", "answer": "5"}])
+    trajectory.check()
+    [unparsed] = trajectory.tool_calls
+    assert unparsed.error_kind == "unparsed_call" and unparsed.status == "error"
+    assert shown in unparsed.observation and "no tool was called" in unparsed.observation
+    assert unparsed.observation in trajectory.messages[2]["content"]
+    assert trajectory.num_turns == 2 and trajectory.prediction == "The answer is 5."
+    assert summarize([trajectory])["error_kinds"] == {"unparsed_call": 1}
+
+
+def test_plain_answers_are_not_unparsed_calls(chat):
+    turn = 'The tool result {"name": "Bob"} says 5, see <tool_response>.'
+    [trajectory] = run(make_engine(chat, [[turn]]), [{"question": "q", "answer": "5"}])
+    assert trajectory.finish_reason == "answer" and trajectory.tool_calls == []
+
+
+class SlowParser:
+    """A parser that holds its thread for a while, as a super-linear one would."""
+
+    name = "slow"
+    expected = ""
+
+    def parse(self, text):
+        import time
+
+        from agentfly_cli.chat.parsers import ParsedResponse
+
+        time.sleep(0.6)
+        return ParsedResponse(text)
+
+
+def test_parsing_a_long_turn_does_not_block_the_event_loop(chat):
+    long_turn = "word " * 1000  # 5,000 characters
+    settings = RolloutSettings(n=1, max_tokens_per_turn=5000, max_total_tokens=6000)
+    engine = RolloutEngine(
+        ScriptedBackend([[long_turn]], chat), chat, SlowParser(), [], None, settings
+    )
+
+    async def main():
+        import time
+
+        gaps, stop = [], asyncio.Event()
+
+        async def ticker():
+            last = time.perf_counter()
+            while not stop.is_set():
+                await asyncio.sleep(0.01)
+                now = time.perf_counter()
+                gaps.append(now - last)
+                last = now
+
+        ticking = asyncio.create_task(ticker())
+        [trajectory] = await engine.run([{"question": "q"}])
+        stop.set()
+        await ticking
+        return trajectory, max(gaps)
+
+    trajectory, worst_gap = asyncio.run(main())
+    assert trajectory.finish_reason == "answer"
+    assert worst_gap < 0.3, f"the event loop stalled for {worst_gap:.2f}s while parsing"

@@ -16,6 +16,8 @@ import json
 import re
 from typing import Any
 
+from agentfly_cli.surrogates import replace_surrogates
+
 _CACHE_LIMIT = 200_000
 _PROBES = [
     "<|im_start|>system\nYou are helpful.<|im_end|>\n<|im_start|>user\nWhat is 2 + 3?<|im_end|>",
@@ -46,6 +48,8 @@ class TextEncoder:
         return "backend" if self.backend is not None else "slow"
 
     def encode(self, text: str) -> list[int]:
+        """Ids of ``text``; lone surrogates (which no tokenizer takes) count as U+FFFD."""
+        text = replace_surrogates(text)
         if self.splitter is not None:
             ids: list[int] = []
             pieces = self._pieces

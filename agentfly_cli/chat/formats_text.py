@@ -12,6 +12,7 @@ from agentfly_cli.chat.parsed import (
     ParseError,
     ToolCall,
     decode_json,
+    nested_too_deeply,
     strip_fence,
 )
 from agentfly_cli.errors import UserError
@@ -102,9 +103,9 @@ def _react_arguments(text: str) -> dict | str:
         value = decode_json(text)
     except (ValueError, RecursionError):
         return text
-    if isinstance(value, (dict, str)):
+    if isinstance(value, str) or (isinstance(value, dict) and not nested_too_deeply(value)):
         return value
-    return text
+    return text  # the tool reports it
 
 
 @dataclass(frozen=True)

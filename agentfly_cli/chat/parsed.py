@@ -143,6 +143,26 @@ def decode_json(text: str) -> Any:
     return JSON_DECODER.decode(text)
 
 
+MAX_ARGUMENT_DEPTH = 100  # deeper arguments are an error: records of them must stay writable
+
+
+def nested_too_deeply(value: Any, limit: int = MAX_ARGUMENT_DEPTH) -> bool:
+    """Whether lists and objects in ``value`` nest more than ``limit`` levels (no recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False
+
+
 def json_error(exc: ValueError, pos: int) -> str:
     """Why a text is not JSON, for the model: the decoder's message and the position."""
     message = getattr(exc, "msg", None) or str(exc)
@@ -177,6 +197,12 @@ def call_from_json(obj: Any, raw: str, fmt: str) -> ToolCall | ParseError:
         return ParseError(
             f'the arguments of "{name.strip()}" must be a JSON object, got {_kind(arguments)}. '
             f"{fmt}",
+            raw,
+        )
+    if isinstance(arguments, dict) and nested_too_deeply(arguments):
+        return ParseError(
+            f'the arguments of "{name.strip()}" nest more than {MAX_ARGUMENT_DEPTH} levels deep; '
+            f"flatten them. {fmt}",
             raw,
         )
     call_id = obj.get("id")

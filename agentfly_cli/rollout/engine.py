@@ -20,14 +20,17 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentfly_cli.chat.parsers import ParsedResponse, ToolCall, ToolCallParser
+from agentfly_cli.chat.parsers import ToolCall, ToolCallParser
 from agentfly_cli.chat.templates import ChatTemplate
+from agentfly_cli.chat.tool_visibility import warn_if_tools_unseen
 from agentfly_cli.envs.manager import ResourceManager
 from agentfly_cli.envs.pool import EnvConfigError
 from agentfly_cli.rollout.backends.base import Backend, RequestContext, SamplingParams
 from agentfly_cli.rollout.settings import RolloutSettings
 from agentfly_cli.rollout.tasks import opening_messages
 from agentfly_cli.rollout.trajectory import ToolCallRecord, Trajectory
+from agentfly_cli.rollout.turn_plan import TurnPlan, parse_turn, plan_turn
+from agentfly_cli.surrogates import replace_surrogates
 from agentfly_cli.tools import Tool, ToolErrorKind, ToolResult
 
 
@@ -110,6 +113,7 @@ class RolloutEngine:
         self.envs = env_manager or ResourceManager(self.env_specs)  # the env pools
         self.meta = dict(meta or {})  # copied into every trajectory (e.g. the tokenizer folder)
         self.tool_schemas = [t.schema for t in tools] or None
+        warn_if_tools_unseen(chat, self.tool_schemas, getattr(parser, "name", ""))
         missing = sorted({t.env for t in tools if t.env and t.env not in self.env_specs})
         if missing:
             raise ValueError(f"tools need envs that were not given: {', '.join(missing)}")
@@ -216,11 +220,11 @@ class RolloutEngine:
                 trajectory.finish_reason = "length"
                 return
             chain.state = ChainState.GENERATING
-            parsed = await self._generate(chain, turn, budget)
+            plan = await self._generate(chain, turn, budget)
             if trajectory.finish_reason:
                 return
             chain.state = ChainState.RUNNING_TOOLS
-            results = await self._run_tools(chain, turn, parsed)
+            results = await self._run_tools(chain, turn, plan)
             terminal = next((r for r in results if r.terminal and r.ok), None)
             if terminal is not None:
                 trajectory.prediction = terminal.observation
@@ -243,7 +247,7 @@ class RolloutEngine:
                 return
             trajectory.append("observation", delta, sampled=False)
 
-    async def _generate(self, chain: _Chain, turn: int, budget: int) -> ParsedResponse:
+    async def _generate(self, chain: _Chain, turn: int, budget: int) -> TurnPlan:
         settings = self.settings
         trajectory = chain.trajectory
         params = SamplingParams(
@@ -272,43 +276,42 @@ class RolloutEngine:
         chain.turn_closed = bool(ids) and ids[-1] in self._eot_ids
         body = ids[:-1] if chain.turn_closed else ids
         text = self.chat.decode(body)
-        parsed = self.parser.parse(text)
+        parsed = await parse_turn(self.parser, text)
+        plan = plan_turn(parsed, self.parser, self.settings.max_calls_per_turn)
         message: dict[str, Any] = {"role": "assistant", "content": text}
         if parsed.reasoning is not None:
             message["reasoning_content"] = parsed.reasoning
-        for i, call in enumerate(parsed.calls):
+        for i, call in enumerate(plan.calls):
             call.id = call.id or f"call_{turn}_{i}"
-        if parsed.calls:
-            message["tool_calls"] = [_openai_call(c) for c in parsed.calls]
+        if plan.calls:
+            message["tool_calls"] = [_openai_call(c) for c in plan.calls]
         chain.messages.append(message)
         if generation.finish_reason == "abort":
             trajectory.finish_reason = "abort"
             trajectory.error = generation.info.get("error", "the backend aborted the request")
         elif generation.finish_reason == "length":
             trajectory.finish_reason = "length"  # cut mid-turn: recorded, never silent
-        elif not parsed.calls and not parsed.errors:
+        elif plan.is_final:
             trajectory.finish_reason = "answer"
         if trajectory.finish_reason:
             trajectory.prediction = parsed.answer if parsed.answer is not None else parsed.content
-        elif parsed.answer is not None and not parsed.calls:
+        elif parsed.answer is not None and not plan.calls:
             trajectory.prediction = parsed.answer
             trajectory.finish_reason = "answer"
-        return parsed
+        return plan
 
-    async def _run_tools(
-        self, chain: _Chain, turn: int, parsed: ParsedResponse
-    ) -> list[ToolResult]:
+    async def _run_tools(self, chain: _Chain, turn: int, plan: TurnPlan) -> list[ToolResult]:
         started = time.perf_counter()
-        errors = [
-            ToolResult.error(e.message, ToolErrorKind.PARSE_ERROR, raw=e.raw) for e in parsed.errors
-        ]
-        if len(parsed.calls) == 1:  # the common case: no extra task
-            results = [await self._call(chain, parsed.calls[0])]
+        if len(plan.calls) == 1:  # the common case: no extra task
+            results = [await self._call(chain, plan.calls[0])]
         else:
-            results = list(await asyncio.gather(*(self._call(chain, c) for c in parsed.calls)))
+            results = list(await asyncio.gather(*(self._call(chain, c) for c in plan.calls)))
 
         chain.trajectory.timings["tools_s"] += time.perf_counter() - started
-        for call, result in zip(parsed.calls, results, strict=True):
+        for result in results + plan.errors:
+            # what the model reads goes through its tokenizer: no lone surrogates in it
+            result.observation = replace_surrogates(result.observation)
+        for call, result in zip(plan.calls, results, strict=True):
             result.info["call_id"] = call.id
             chain.trajectory.tool_calls.append(
                 ToolCallRecord(
@@ -323,7 +326,7 @@ class RolloutEngine:
                     terminal=result.terminal,
                 )
             )
-        for error in errors:
+        for error in plan.errors:
             chain.trajectory.tool_calls.append(
                 ToolCallRecord(
                     turn=turn,
@@ -332,10 +335,10 @@ class RolloutEngine:
                     arguments=error.info.get("raw", ""),
                     observation=error.observation,
                     status="error",
-                    error_kind=ToolErrorKind.PARSE_ERROR,
+                    error_kind=error.error_kind,
                 )
             )
-        everything = results + errors
+        everything = results + plan.errors
         chain.errors += sum(1 for r in everything if not r.ok)
         return everything
 

@@ -16,6 +16,7 @@ from agentfly_cli.config import RunConfig
 from agentfly_cli.envs.manager import ResourceManager
 from agentfly_cli.errors import UserError
 from agentfly_cli.rollout.engine import RolloutEngine
+from agentfly_cli.rollout.outcome import check_some_chain_ran
 from agentfly_cli.rollout.trajectory import Trajectory, TrajectoryWriter, check_output_path
 
 
@@ -154,7 +155,10 @@ async def run_rollout_async(
     out: str | None = None,
     on_finish: Callable[[Trajectory], Any] | None = None,
 ) -> RolloutResult:
-    """Run every task's chains; write each trajectory to ``out`` as it finishes."""
+    """Run every task's chains; write each trajectory to ``out`` as it finishes.
+
+    Raises :class:`~agentfly_cli.rollout.outcome.AllChainsAbortedError` (after writing ``out``)
+    when every chain aborted."""
     writer = TrajectoryWriter(out) if out else None
 
     def finished(trajectory: Trajectory) -> None:
@@ -175,6 +179,7 @@ async def run_rollout_async(
         from agentfly_cli.rollout.trajectory import write_trajectories
 
         write_trajectories(out, trajectories)
+    check_some_chain_ran(trajectories)  # every chain aborted: an error, not a table of zeros
     return RolloutResult(trajectories, time.perf_counter() - started, run.setup_s, env_stats)
 
 

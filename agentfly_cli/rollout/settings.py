@@ -19,6 +19,11 @@ class RolloutSettings(BaseModel):
     max_errors: int = Field(
         3, ge=1, description="stop a chain after this many error observations (error budget)"
     )
+    max_calls_per_turn: int = Field(
+        16,
+        ge=1,
+        description="tool calls run per assistant turn; more become one error observation",
+    )
     stop: list[str] = Field(
         default_factory=list,
         description="end a turn at any sampled token whose text contains one of these "

@@ -1,7 +1,8 @@
 """The trajectory record: one chain, token-exact, with its loss mask, turns and scores.
 
 ``ids[loss_mask == 1]`` is exactly the concatenation of every assistant turn's ``sampled_ids``.
-Written as one JSON object per line (JSONL) and read back with :func:`read_trajectories`.
+Written as one JSON object per line (JSONL) and read back with :func:`read_trajectories`; lone
+surrogates in model output are escaped, so every record is valid UTF-8 and reads back unchanged.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from agentfly_cli.errors import UserError
+from agentfly_cli.surrogates import json_line
 
 FINISH_REASONS = ("answer", "terminal_tool", "max_turns", "length", "errors", "abort")
 
@@ -143,7 +145,7 @@ def write_trajectories(path: str | os.PathLike, trajectories: Iterable[Trajector
     count = 0
     with open(path, "w", encoding="utf-8") as out:
         for trajectory in trajectories:
-            out.write(json.dumps(trajectory.to_dict(), ensure_ascii=False) + "\n")
+            out.write(json_line(trajectory.to_dict()) + "\n")
             count += 1
     return count
 
@@ -171,7 +173,7 @@ class TrajectoryWriter:
         self.count = 0
 
     def write(self, trajectory: Trajectory) -> None:
-        self._file.write(json.dumps(trajectory.to_dict(), ensure_ascii=False) + "\n")
+        self._file.write(json_line(trajectory.to_dict()) + "\n")
         self._file.flush()
         self.count += 1
 

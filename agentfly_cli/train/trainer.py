@@ -22,6 +22,7 @@ import torch
 
 from agentfly_cli.config import RunConfig
 from agentfly_cli.errors import UserError
+from agentfly_cli.rollout.outcome import check_some_chain_ran
 from agentfly_cli.rollout.trajectory import Trajectory
 from agentfly_cli.train import algorithms as alg
 from agentfly_cli.train import distributed
@@ -404,6 +405,7 @@ class Trainer:
         metrics = rollout_metrics(trajectories)
         if self.settings.save_trajectories:
             self._write_trajectories(f"step-{step:06d}", trajectories)
+        check_some_chain_ran(trajectories, f"training step {step}", total=distributed.all_sum)
         with timer.section("train"):
             batch = self._prepare(trajectories, metrics)
             if batch is not None or distributed.active():
