@@ -213,3 +213,26 @@ def test_training_step_whose_chains_all_abort_is_one_line_and_exit_2(tiny_model,
     line = one_line_error(result)
     assert "all 2 chains of the training step 0 aborted" in line
     assert "ChatTemplateError" in line and "--template" in line
+
+
+# -- the JSON line writer ----------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "text", ["\ud800", "a\udfffb", "\ud83d", "caf\u00e9 \U0001f600", "\\ud800", '"\ud800"']
+)
+def test_json_lines_are_utf8_and_read_back_exactly(text):
+    from agentfly_cli.surrogates import json_line
+
+    line = json_line({"k\ud800": [text, {"x": text}]})
+    line.encode("utf-8")  # strict
+    assert json.loads(line) == {"k\ud800": [text, {"x": text}]}
+    assert "\\ud800" not in json_line("\u00e9") and "\u00e9" in json_line("\u00e9")  # readable
+
+
+def test_write_trajectories_round_trips_surrogates(tmp_path):
+    from agentfly_cli.rollout.trajectory import ToolCallRecord, Trajectory, write_trajectories
+
+    record = ToolCallRecord(0, "c", "echo", {"text": "\ud800"}, "heard", "ok")
+    trajectory = Trajectory(tool_calls=[record], prediction="x\udc00", task={"q": "\ud800"})
+    write_trajectories(tmp_path / "t.jsonl", [trajectory])
+    [back] = read_trajectories(tmp_path / "t.jsonl")
+    assert back.to_dict() == trajectory.to_dict()

@@ -481,3 +481,13 @@ def test_llama3_broken_call_is_one_error_and_a_later_call_still_runs():
     parsed = parser("llama3_json").parse(text)
     assert calls(parsed) == [("b", {})]
     assert len(parsed.errors) == 1 and parsed.errors[0].raw == '{"name": "a", "parameters": {"x": o'
+
+
+def test_arguments_nested_too_deeply_are_an_error_not_a_call():
+    deep = "[" * 150 + "]" * 150
+    text = f'<tool_call>{{"name": "a", "arguments": {{"x": {deep}}}}}</tool_call>'
+    parsed = parser("hermes").parse(text)
+    assert parsed.calls == [] and "nest more than 100 levels" in parsed.errors[0].message
+    shallow = "[" * 90 + "]" * 90
+    ok = parser("hermes").parse(text.replace(deep, shallow))
+    assert len(ok.calls) == 1 and not ok.errors
