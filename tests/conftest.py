@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.realdata_paths import SHARED as REALDATA_SHARED
+from tests.realdata_paths import find_realdata, missing_reason
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
@@ -60,15 +63,18 @@ def make_plugin(tmp_path, monkeypatch) -> Callable[..., str]:
     return make
 
 
-REALDATA = REPO_ROOT.parent / "shared" / "realdata"
+# The real tokenizers and templates: ../shared/realdata, else build/realdata (`make realdata`).
+# Where neither exists REALDATA names the shared folder, which does not exist.
+REALDATA = find_realdata() or REALDATA_SHARED
 
 
 @pytest.fixture(scope="session")
 def realdata() -> Path:
-    """The real tokenizers and templates in ../shared/realdata (skips where absent)."""
-    if not REALDATA.is_dir():
-        pytest.skip(f"real tokenizers not found at {REALDATA} (../shared/realdata)")
-    return REALDATA
+    """The real tokenizers and templates (skips, naming `make realdata`, where absent)."""
+    folder = find_realdata()
+    if folder is None:
+        pytest.skip(missing_reason())
+    return folder
 
 
 @pytest.fixture(scope="session")

