@@ -4,28 +4,29 @@ system ``/usr/bin/python3``, not under the toolkit's virtual environment.
 ``python_sandbox.py`` starts it as ``python3 -I -c STUB SOURCE CONFIG``. Protocol:
 
 * commands: one JSON object per line on the original stdin, which is moved to a private fd;
-  user code reads ``/dev/null`` on fd 0;
+  user code reads ``/dev/null`` on fd 0. Each carries a random ``id``;
 * answers: one JSON object per line on a separate pipe (``config["answer_fd"]``), never
-  inherited by child processes, so printing cannot corrupt it;
+  inherited by child processes, so printing cannot corrupt it. Each starts with the ``id`` of
+  its command (the host drops lines without it), the first with ``config["ready_id"]``;
 * cell output: whatever reaches fd 1/2 (also from child processes); after each cell the REPL
   writes the host's per-cell marker there so the host knows where the cell's output ends.
 
 Limits are set before any user code runs (soft == hard, so user code cannot raise them), except
-RLIMIT_CPU whose soft limit follows each cell (the hard limit is the lifetime budget).
+RLIMIT_CPU whose soft limit follows each cell (the hard limit is the lifetime budget). None of
+this binds user code, which runs in this process: the host enforces the limits that matter
+(cgroup, CPU backstop, wall clock, killing a cell's processes) and starts a new sandbox for
+each task.
 """
 
 import ast
 import builtins
-import gc
 import io
 import json
 import linecache
 import os
 import resource
-import shutil
 import signal
 import sys
-import threading
 import traceback
 import types
 
@@ -79,14 +80,30 @@ def set_limits(config):
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a too-large write fails with EFBIG instead
 
 
-def die_with_parent():
-    """SIGKILL us when the host process dies (bubblewrap's --die-with-parent, for the fallback)."""
+def set_process_flags():
+    """Die with the host (bubblewrap's --die-with-parent, for the fallback); adopt orphaned
+    descendants (so the host finds them under us); not dumpable, so the processes a cell
+    starts cannot read our memory or open our fds through /proc."""
     try:
         import ctypes
 
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+        prctl = ctypes.CDLL(None).prctl
+        prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
+        prctl(4, 0)  # PR_SET_DUMPABLE
     except Exception:
         pass
+
+
+def reap_children():
+    """Collect the exit status of children the host killed after the last cell."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
 
 
 def on_cpu_limit(signum, frame):
@@ -228,43 +245,6 @@ def end_output(out_fd, marker):
     write_all(out_fd, marker)
 
 
-def other_processes():
-    """Child processes of the REPL (in a pid namespace: everything but pid 1 and us)."""
-    in_namespace = os.getppid() == 1
-    count = 0
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) in (1, MAIN_PID):
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as handle:
-                parent = int(handle.read().rpartition(")")[2].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        count += in_namespace or parent == MAIN_PID
-    return count
-
-
-def reset(home):
-    State.namespace = fresh_namespace()
-    for name in [name for name in linecache.cache if name.startswith("<cell ")]:
-        del linecache.cache[name]
-    os.chdir(home)
-    for entry in os.scandir(home):
-        try:
-            if entry.is_dir(follow_symlinks=False):
-                shutil.rmtree(entry.path, ignore_errors=True)
-            else:
-                os.unlink(entry.path)
-        except OSError:
-            pass
-    gc.collect()
-    return {
-        "cpu": cpu_used(),
-        "threads": threading.active_count(),
-        "processes": other_processes(),
-    }
-
-
 def fresh_namespace():
     """A new ``__main__`` module (so that pickle finds classes defined in cells)."""
     module = types.ModuleType("__main__")
@@ -294,20 +274,21 @@ def main():
     State.cpu_seconds = config["cpu_seconds"]
     State.namespace = fresh_namespace()
     set_limits(config)
-    die_with_parent()
+    set_process_flags()
     signal.signal(signal.SIGXCPU, on_cpu_limit)
     signal.signal(signal.SIGPROF, on_cpu_limit)
     signal.signal(signal.SIGINT, on_interrupt)
     os.chdir(config["home"])
     State.reserve = bytearray(4 << 20)
 
-    def answer(message):
-        write_all(answer_fd, (json.dumps(message) + "\n").encode())
+    def answer(command_id, message):
+        write_all(answer_fd, (json.dumps({"id": command_id, **message}) + "\n").encode())
 
-    answer({"ready": True, "version": sys.version.split()[0], "cpu": cpu_used()})
+    answer(config["ready_id"], {"ready": True, "version": sys.version.split()[0]})
     for line in commands:
         command = json.loads(line)
-        op = command.get("op")
+        op, command_id = command.get("op"), command.get("id")
+        reap_children()
         if op == "exec":
             limit = config["max_value_chars"]
             result = run_cell(command["code"], limit, limit + 1)
@@ -318,12 +299,9 @@ def main():
                     State.reserve = bytearray(4 << 20)
                 except MemoryError:
                     pass
-            result["cpu"] = cpu_used()
-            answer(result)
-        elif op == "reset":
-            answer(reset(config["home"]))
+            answer(command_id, result)
         else:
-            answer({"pong": True})
+            answer(command_id, {"pong": True})
 
 
 if __name__ == "__main__":

@@ -148,23 +148,54 @@ def test_output_is_truncated_with_a_note(mode):
 @pytest.mark.parametrize("mode", MODES)
 def test_close_twice_leaves_no_process_behind(mode):
     async def scenario():
-        env = PythonSandboxEnv(sandbox=mode)
+        env = PythonSandboxEnv(sandbox=mode, wall_seconds=60)
         await env.start()
         session = env._interpreter.proc.pid
-        await env.step(
-            "import subprocess\nsubprocess.Popen(['sleep', '987654'])\n"
-            "subprocess.Popen(['setsid', 'sleep', '987655'])"
+        running = asyncio.ensure_future(
+            env.step(
+                "import subprocess, time\nsubprocess.Popen(['sleep', '987654'])\n"
+                "subprocess.Popen(['setsid', 'sleep', '987655'])\ntime.sleep(60)"
+            )
         )
-        await asyncio.sleep(0.2)
+        for _ in range(100):  # the cell's processes run while we close
+            if with_cmdline("987654") and with_cmdline("987655"):
+                break
+            await asyncio.sleep(0.05)
         assert processes_of(session) and with_cmdline("987655")
         await env.close()
         await env.close()
+        await asyncio.wait({running})
         return env, session
 
     env, session = run(scenario())
     assert not run(env.healthy())
     assert processes_of(session) == []
     assert with_cmdline("987654") == with_cmdline("987655") == []
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_processes_of_a_cell_end_with_it(mode):
+    """A child started in the background (also in its own session) is killed when its cell
+    returns, and the sandbox's own processes go on."""
+
+    async def scenario():
+        env = PythonSandboxEnv(sandbox=mode)
+        await env.start()
+        try:
+            started = await env.step(
+                "import subprocess\nsubprocess.Popen(['sleep', '987657'])\n"
+                "subprocess.Popen(['setsid', 'sleep', '987658'])\n'started'"
+            )
+            await asyncio.sleep(0.2)
+            left = with_cmdline("987657") + with_cmdline("987658")
+            return started, left, await env.step("print('still here')")
+        finally:
+            await env.close()
+
+    started, left, after = run(scenario())
+    assert started == "'started'"
+    assert left == []
+    assert after == "still here"
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -260,14 +291,14 @@ def test_registered_through_the_builtin_plugin():
 def test_factory_options_are_validated():
     env = PYTHON.create(cpu_seconds=2, wall_seconds=5, memory_mb=256, sandbox="none")
     assert (env.cpu_seconds, env.wall_seconds, env.memory_mb) == (2.0, 5.0, 256)
-    with pytest.raises(UserError, match="sandbox must be one of"):
+    with pytest.raises(UserError, match="sandbox: Input should be 'auto', 'bwrap' or 'none'"):
         PythonSandboxEnv(sandbox="docker")
-    with pytest.raises(UserError, match="memory_mb must be > 0"):
+    with pytest.raises(UserError, match="memory_mb: Input should be greater than or equal to 32"):
         PythonSandboxEnv(memory_mb=0)
 
 
 def test_fallback_warns_once(monkeypatch):
-    monkeypatch.setattr(python_sandbox, "_warned", False)
+    monkeypatch.setattr(python_sandbox, "_warned", set())
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         first, second = run(cells("1 + 1", sandbox="none")), run(cells("2 + 2", sandbox="none"))
@@ -280,7 +311,7 @@ def test_fallback_warns_once(monkeypatch):
 
 def test_auto_falls_back_when_bwrap_is_missing(monkeypatch):
     monkeypatch.setattr(shutil, "which", lambda name, *args, **kwargs: None)
-    monkeypatch.setattr(python_sandbox, "_warned", False)
+    monkeypatch.setattr(python_sandbox, "_warned", set())
     with pytest.warns(SandboxWarning, match="bubblewrap is not installed"):
         assert run(cells("1", sandbox="auto")) == ["1"]
 
@@ -303,7 +334,7 @@ def broken_bwrap(monkeypatch):
     )
     script.chmod(0o755)
     monkeypatch.setattr(python_sandbox, "_bwrap_failure", None)
-    monkeypatch.setattr(python_sandbox, "_warned", False)
+    monkeypatch.setattr(python_sandbox, "_warned", set())
     yield str(script)
     shutil.rmtree(folder)
 

@@ -70,6 +70,11 @@ class EnvSpec(pydantic.BaseModel):
     resources: dict[str, float] = pydantic.Field(
         default_factory=dict, description="what one env needs, e.g. {'cpu': 1, 'memory_mb': 512}"
     )
+    validate_options: Callable[[dict[str, Any]], Any] | None = pydantic.Field(
+        None,
+        description="checks envs.<name>.options before a run loads anything; raises ValueError "
+        "(a pydantic ValidationError too) naming the bad option",
+    )
 
     @pydantic.model_validator(mode="after")
     def _warm_within_max(self) -> EnvSpec:

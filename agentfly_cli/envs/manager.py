@@ -13,6 +13,8 @@ import inspect
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
+import pydantic
+
 from agentfly_cli.envs.base import EnvSpec
 from agentfly_cli.envs.pool import EnvPool
 from agentfly_cli.envs.providers import EnvHandle, EnvProvider, make_provider
@@ -131,6 +133,7 @@ def check_options(spec: EnvSpec, options: Mapping[str, Any]) -> None:
     """``envs.<name>.options`` must fit the factory's keyword arguments."""
     if not options:
         return
+    _check_values(spec, options)
     try:
         signature = inspect.signature(spec.factory)
     except (TypeError, ValueError):
@@ -147,3 +150,18 @@ def check_options(spec: EnvSpec, options: Mapping[str, Any]) -> None:
             f"envs.{spec.name}.options: {exc}; env '{spec.name}' takes: "
             f"{', '.join(accepted) or 'no options'}"
         ) from None
+
+
+def _check_values(spec: EnvSpec, options: Mapping[str, Any]) -> None:
+    """The spec's own check of its option values (``EnvSpec.validate_options``), if it has one."""
+    if spec.validate_options is None:
+        return
+    try:
+        spec.validate_options(dict(options))
+    except pydantic.ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error["loc"])
+        problem = f"{where}: {error['msg']} (got {error.get('input')!r})" if where else error["msg"]
+        raise UserError(f"envs.{spec.name}.options: {problem}") from None
+    except (ValueError, TypeError) as exc:
+        raise UserError(f"envs.{spec.name}.options: {exc}") from None
