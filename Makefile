@@ -59,7 +59,7 @@ $(REALDATA_DIR)/.complete: scripts/fetch_realdata.py tests/fixtures/realdata/SHA
 realdata: $(REALDATA_DIR)/.complete
 
 realdata-or-warn:
-	@$(MAKE) --no-print-directory realdata \
+	@$(MAKE) -s --no-print-directory realdata \
 		|| echo "warning: $(REALDATA_DIR) not built: the real-tokenizer tests will skip (retry: make realdata)"
 
 # System packages from apt, where apt-get exists: bubblewrap isolates the `python` env (without

@@ -86,3 +86,49 @@ def test_nothing_imports_click():
         if any(part.startswith(".") for part in path.relative_to(REPO_ROOT).parts):
             continue  # virtual environments (.venv, .venv-bench) and tool caches
         assert not re.search(r"^\s*(import click|from click)", path.read_text(), re.MULTILINE), path
+
+
+# -- the README as a newcomer reads it -------------------------------------------------------
+def _readme() -> str:
+    return (REPO_ROOT / "README.md").read_text()
+
+
+def test_readme_says_how_to_put_agentfly_on_path_right_after_the_two_commands():
+    text = _readme()
+    after_first_block = text.split("```", 2)[2]
+    first_section = after_first_block.split("\n## ", 1)[0]
+    assert "source .venv/bin/activate" in first_section
+
+
+def _recipe_table() -> dict[str, tuple[list[str], list[str]]]:
+    """``{recipe: (tools, rewards)}`` from the README's recipe table; parentheses are notes."""
+    section = _readme().split("\n## Recipes", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) != 5 or not cells[0].startswith("`"):
+            continue
+        names = [re.findall(r"`([^`]+)`", re.sub(r"\([^)]*\)", "", c)) for c in cells]
+        rows[names[0][0]] = (names[2], names[3])
+    return rows
+
+
+def test_readme_recipe_table_matches_the_registered_recipes():
+    from agentfly_cli.config import load_config
+    from agentfly_cli.plugins import get_plugin_host
+
+    recipes = get_plugin_host().components.recipes.entries()
+    table = _recipe_table()
+    assert sorted(table) == sorted(entry.name for entry in recipes)
+    for name, (tools, rewards) in table.items():
+        config = load_config(name)
+        assert tools == list(config.tools), f"README tools of {name}: {tools}"
+        assert rewards == [r.name for r in config.reward], f"README reward of {name}: {rewards}"
+
+
+def test_ci_runs_the_readme_test_command_and_needs_the_real_tokenizers():
+    first_block = re.search(r"```bash\n(.*?)```", _readme(), flags=re.DOTALL).group(1)
+    test_command = first_block.strip().splitlines()[1].split("#")[0].strip()
+    ci = (REPO_ROOT / ".ci" / "run").read_text()
+    assert re.search(rf"^{re.escape(test_command)}$", ci, flags=re.MULTILINE), test_command
+    assert "build/realdata/.complete" in ci

@@ -1,4 +1,7 @@
-"""Token-exactness of whole rollouts on real tokenizers and chat templates (../shared/realdata).
+"""Token-exactness of whole rollouts on real tokenizers and chat templates.
+
+The files come from ../shared/realdata, else build/realdata (`make realdata`; see
+tests/fixtures/realdata/README.md).
 
 The invariant: ids[loss_mask == 1] is exactly the concatenation of every sampled id. For
 prefix-preserving templates, ids also equal the template's own tokenization of the final

@@ -14,7 +14,7 @@ STRINGS = [
     "What is 2+2?",
     "Compute 12345 * 678 = 8369910, then add 3.14.",
     "  two spaces\n\ttab <|im_start|>user\nhi<|im_end|>\n",
-    "émoji 🤖 日本語 <tool_call>{\"name\": \"calc\"}</tool_call>",
+    'émoji 🤖 日本語 <tool_call>{"name": "calc"}</tool_call>',
     "def f(x):\n    return x**2  # 2nd power\n",
 ]
 CHAT = [
@@ -33,11 +33,18 @@ def smollm2():
 
 
 @pytest.fixture(scope="module")
-def tokenizers(smollm2, realdata):
+def ours(smollm2):
+    """The converted folder's tokenizer (needs no real tokenizer files)."""
     from transformers import AutoTokenizer
 
-    real = AutoTokenizer.from_pretrained(realdata / "smollm2")
-    return AutoTokenizer.from_pretrained(smollm2), real
+    return AutoTokenizer.from_pretrained(smollm2)
+
+
+@pytest.fixture(scope="module")
+def tokenizers(ours, realdata):
+    from transformers import AutoTokenizer
+
+    return ours, AutoTokenizer.from_pretrained(realdata / "smollm2")
 
 
 def test_missing_package_is_a_user_error(monkeypatch, tmp_path):
@@ -73,11 +80,11 @@ def test_tokenizer_ids_equal_the_real_smollm2(tokenizers, realdata):
 
 
 @needs_smollm2
-def test_hf_backend_answers_two_plus_two(smollm2, tokenizers):
+def test_hf_backend_answers_two_plus_two(smollm2, ours):
     from agentfly_cli.rollout.backends.base import BackendConfig, SamplingParams
     from agentfly_cli.rollout.backends.hf import HFBackend
 
-    tokenizer = tokenizers[0]
+    tokenizer = ours
     prompt = tokenizer.apply_chat_template(
         [{"role": "user", "content": "What is 2+2?"}], add_generation_prompt=True, return_dict=False
     )

