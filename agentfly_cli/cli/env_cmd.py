@@ -142,7 +142,7 @@ def down(
     from agentfly_cli.envs.control import stop_server
     from agentfly_cli.envs.state import read_records
 
-    names = [name] if name else [record.name for record in read_records()]
+    names = [name] if name is not None else [record.name for record in read_records()]
     results = [stop_server(n, timeout) for n in names]
     if as_json:
         print_json(results)

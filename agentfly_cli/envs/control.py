@@ -1,4 +1,9 @@
-"""Start, list and stop pool servers: the library behind ``agentfly env up / ls / down``."""
+"""Start, list and stop pool servers: the library behind ``agentfly env up / ls / down``.
+
+A process is signalled only when it is shown to be the recorded server (its start time and
+command line, or where /proc cannot tell, its own pid over its socket): after a crash its pid
+may belong to anything.
+"""
 
 from __future__ import annotations
 
@@ -14,14 +19,15 @@ from pathlib import Path
 from typing import Any
 
 from agentfly_cli.envs.manager import check_options
-from agentfly_cli.envs.remote import server_request
+from agentfly_cli.envs.remote import Connection, server_request
 from agentfly_cli.envs.settings import EnvPoolConfig
 from agentfly_cli.envs.state import (
     ServerRecord,
-    pid_alive,
+    check_server_name,
     read_record,
     read_records,
     remove_record,
+    server_state,
     state_dir,
 )
 from agentfly_cli.errors import UserError
@@ -31,9 +37,32 @@ class ServerStartError(RuntimeError):
     """The pool server process failed to come up; the message holds the end of its log."""
 
 
+def recorded_server_state(record: ServerRecord, timeout: float = 3.0) -> str:
+    """alive, dead or stale (its pid now belongs to another process); see :func:`server_state`.
+
+    Where /proc cannot tell, the server is asked for its pid over its socket.
+    """
+    state = server_state(record)
+    if state != "unverified":
+        return state
+    try:
+        hello = asyncio.run(_say_hello(record, timeout))
+    except Exception:
+        return "stale"
+    return "alive" if hello.get("pid") == record.pid else "stale"
+
+
+async def _say_hello(record: ServerRecord, timeout: float) -> dict[str, Any]:
+    connection = Connection(record.address, record.token)
+    try:
+        return await connection.open(timeout)
+    finally:
+        connection.close()
+
+
 def check_not_running(name: str) -> None:
-    record = read_record(name)
-    if record is not None and pid_alive(record.pid):
+    record = read_record(check_server_name(name))
+    if record is not None and recorded_server_state(record) == "alive":
         raise UserError(
             f"a pool server for '{name}' already runs (pid {record.pid}, {record.address}); "
             f"stop it first with `agentfly env down {name}`"
@@ -53,6 +82,7 @@ def start_server(
     """Start a pool server in the background and wait until its warm envs are up."""
     from agentfly_cli.plugins import get_plugin_host
 
+    check_server_name(name)
     spec = get_plugin_host().components.envs.get(name)  # unknown names fail here, clearly
     try:
         config.pool_settings(spec)
@@ -94,12 +124,16 @@ def start_server(
 
 
 def list_servers(timeout: float = 3.0) -> list[dict[str, Any]]:
-    """Every recorded server with its live pool state; dead ones are reported and forgotten."""
+    """Every recorded server with its live pool state; dead and stale ones are reported once,
+    then forgotten."""
     rows = []
     for record in read_records():
         row: dict[str, Any] = {**record.public(), "status": "starting", "stats": {}}
-        if not pid_alive(record.pid):
-            row["status"] = "dead"
+        state = recorded_server_state(record, timeout)
+        if state != "alive":
+            row["status"] = state
+            if state == "stale":
+                row["error"] = f"pid {record.pid} now belongs to another process"
             _forget(record)
         elif record.ready:
             try:
@@ -121,52 +155,80 @@ def list_servers(timeout: float = 3.0) -> list[dict[str, Any]]:
 
 def stop_server(name: str, timeout: float = 30.0) -> dict[str, Any]:
     """Ask the server to close its envs and exit; escalate to SIGTERM, then SIGKILL."""
-    record = read_record(name)
+    record = read_record(check_server_name(name))
     if record is None:
         running = ", ".join(r.name for r in read_records()) or "none"
         raise UserError(f"no pool server named '{name}'; running: {running}")
-    how = "shutdown"
-    if pid_alive(record.pid):
+    state = recorded_server_state(record)
+    if state == "dead":
+        how = "already dead"
+    elif state == "stale":
+        how = f"not signalled: pid {record.pid} now belongs to another process"
+    else:
+        how = "shutdown"
         try:
             asyncio.run(server_request(record.address, {"op": "shutdown"}, record.token, 5.0))
         except Exception:
-            how = "SIGTERM"
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(record.pid, signal.SIGTERM)
-        if not _wait_gone(record.pid, timeout):
-            how = "SIGKILL"
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(record.pid, signal.SIGKILL)
-            _wait_gone(record.pid, 5.0)
-    else:
-        how = "already dead"
+            how = "SIGTERM" if _signal(record, signal.SIGTERM) else _UNVERIFIED.format(record.pid)
+        if not _wait_gone(record, timeout):
+            how = "SIGKILL" if _signal(record, signal.SIGKILL) else _UNVERIFIED.format(record.pid)
+            _wait_gone(record, 5.0)
     _forget(record)
     return {"name": name, "pid": record.pid, "stopped_by": how}
 
 
+_UNVERIFIED = "not signalled: /proc cannot show that pid {} is the server; stop it by hand"
+
+
+def _signal(record: ServerRecord, signum: int) -> bool:
+    """Send ``signum`` to the recorded server, only if /proc shows the pid is still it."""
+    if server_state(record) != "alive":
+        return False
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(record.pid, signum)
+    return True
+
+
 def _forget(record: ServerRecord) -> None:
+    """Remove the record and the socket of a server that is gone (unless a new one took over)."""
+    current = read_record(record.name)
+    if current is not None and current.pid != record.pid:
+        return
     remove_record(record.name, pid=record.pid)
-    if record.address.startswith("unix://") and not pid_alive(record.pid):
-        Path(record.address[len("unix://") :]).unlink(missing_ok=True)
+    if not record.address.startswith("unix://") or server_state(record) == "alive":
+        return
+    socket = Path(record.address[len("unix://") :])
+    if socket.parent == state_dir():  # only the sockets servers make; never a path elsewhere
+        socket.unlink(missing_ok=True)
 
 
-def _wait_gone(pid: int, timeout: float) -> bool:
+def _wait_gone(record: ServerRecord, timeout: float) -> bool:
+    """Wait until the recorded server has exited (its pid is gone or is another process)."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while True:
         with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, os.WNOHANG)  # reap it when it is our child
-        if not pid_alive(pid):
+            os.waitpid(record.pid, os.WNOHANG)  # reap it when it is our child
+        if server_state(record) in ("dead", "stale"):
             return True
+        if time.monotonic() >= deadline:
+            return False
         time.sleep(0.05)
-    return not pid_alive(pid)
 
 
 def _terminate(pid: int, grace: float) -> None:
+    """Stop our own child (not yet reaped, so its pid cannot have been reused)."""
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
-    if not _wait_gone(pid, grace):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        with contextlib.suppress(ChildProcessError):
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                return
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)
 
 
 def _log_tail(path: Path, lines: int = 15) -> str:

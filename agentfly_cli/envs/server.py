@@ -1,9 +1,11 @@
 """The pool server behind ``agentfly env up``: one warm env pool, served over a socket.
 
-Rollouts and training connect to it by address (``envs.<name>.address``). Each connection holds
-at most one env; when the connection closes without a ``release`` (a crashed or cancelled
-client, a hung step the client gave up on), the env is killed. The server closes every env on
-``shutdown``, SIGTERM and Ctrl-C, and removes its record.
+Rollouts and training connect to it by address (``envs.<name>.address``). A connection first
+says hello (with the token, for TCP) in one small frame within ``HELLO_TIMEOUT`` seconds:
+nothing larger is buffered before that. Each connection then holds at most one env; when the
+connection closes without a ``release`` (a crashed or cancelled client, a hung step the client
+gave up on), the env is killed. The server closes every env on ``shutdown``, SIGTERM and
+Ctrl-C, and removes its record.
 
 Run it with ``python -m agentfly_cli.envs.server NAME --config JSON`` (``agentfly env up``
 does this in the background).
@@ -27,14 +29,23 @@ from urllib.parse import urlparse
 
 from agentfly_cli.envs.base import EnvSpec
 from agentfly_cli.envs.pool import EnvPool
+from agentfly_cli.envs.process_identity import own_identity
 from agentfly_cli.envs.providers import make_provider
 from agentfly_cli.envs.remote import PROTOCOL_VERSION
 from agentfly_cli.envs.settings import EnvPoolConfig
-from agentfly_cli.envs.state import ServerRecord, remove_record, state_dir, write_record
+from agentfly_cli.envs.state import (
+    ServerRecord,
+    check_server_name,
+    remove_record,
+    state_dir,
+    write_record,
+)
+from agentfly_cli.envs.timeouts import checked_seconds
 from agentfly_cli.envs.wire import FrameError, describe_error, encode, read_frame, write_frame
 
 log = logging.getLogger("agentfly.env_server")
 HELLO_TIMEOUT = 10.0
+HELLO_MAX_BYTES = 4096  # the most an unauthenticated peer can make the server buffer
 
 
 class PoolServer:
@@ -159,7 +170,9 @@ class PoolServer:
 
     async def _hello(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
         try:
-            hello = await asyncio.wait_for(read_frame(reader), HELLO_TIMEOUT)
+            hello = await asyncio.wait_for(
+                read_frame(reader, max_size=HELLO_MAX_BYTES), HELLO_TIMEOUT
+            )
         except (asyncio.TimeoutError, EOFError, ConnectionError, FrameError):
             return False
         if not isinstance(hello, dict) or hello.get("op") != "hello":
@@ -180,7 +193,8 @@ class PoolServer:
             if op == "acquire":
                 if handle is not None:
                     return False, _error("ProtocolError", "this connection holds an env"), handle
-                handle = await self.pool.acquire(message.get("task"), message.get("timeout"))
+                timeout = checked_seconds(message.get("timeout"))
+                handle = await self.pool.acquire(message.get("task"), timeout)
                 return True, dict(handle.info), handle
             if handle is None:
                 return False, _error("ProtocolError", f"'{op}' needs an env: acquire first"), None
@@ -230,6 +244,7 @@ async def run_server(
     """Serve the env ``name`` until SIGTERM, SIGINT or a ``shutdown`` request."""
     from agentfly_cli.plugins import get_plugin_host
 
+    check_server_name(name)
     spec = get_plugin_host().components.envs.get(name)
     token = secrets.token_hex(16) if host else ""
     address = f"tcp://{host}:{port}" if host else default_address(name)
@@ -245,6 +260,9 @@ async def run_server(
         token=token,
         log=str(state_dir() / f"{name}.log"),
     )
+    identity = own_identity()  # so that `env down` never signals a process that reused our pid
+    if identity is not None:
+        record.start_time, record.cmdline = identity.start_time, identity.cmdline
     write_record(record)
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -3,16 +3,37 @@
 The folder is ``$AGENTFLY_STATE_DIR``, else ``pools/`` under the agentfly cache
 (``$AGENTFLY_CACHE`` or ``~/.cache/agentfly``). It is private to the user (mode 0700), since a
 record holds the server's token.
+
+A server's name is its env's name and names its files, so it must be a plain file name. A record
+also holds who the server process is (start time and command line): a pid that now belongs to
+another process is a stale record, never a server to signal.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from agentfly_cli.envs.process_identity import identify
+from agentfly_cli.errors import UserError
+
+SERVER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+SERVER_MODULE = "agentfly_cli.envs.server"
+
+
+def check_server_name(name: str) -> str:
+    """``name`` when it is a plain name (no path, no ``..``); a one-line UserError otherwise."""
+    if not SERVER_NAME.fullmatch(name) or ".." in name:
+        raise UserError(
+            f"{name!r} is not a valid pool server name: use 1 to 64 letters, digits, '_', '-' "
+            "or '.', starting with a letter or digit (an env name, not a path)"
+        )
+    return name
 
 
 def state_dir() -> Path:
@@ -45,6 +66,8 @@ class ServerRecord:
     started_at: float = field(default_factory=time.time)
     ready: bool = False
     error: str = ""
+    start_time: int | None = None  # /proc/PID/stat field 22 of the server process
+    cmdline: str = ""
 
     def public(self) -> dict[str, Any]:
         """The record without its token."""
@@ -54,7 +77,7 @@ class ServerRecord:
 
 
 def record_path(name: str) -> Path:
-    return state_dir() / f"{name}.json"
+    return state_dir() / f"{check_server_name(name)}.json"
 
 
 def write_record(record: ServerRecord) -> None:
@@ -68,9 +91,10 @@ def write_record(record: ServerRecord) -> None:
 
 
 def read_record(name: str) -> ServerRecord | None:
+    """The record of ``name``; its file's name is its name, whatever the file says."""
     try:
         data = json.loads(record_path(name).read_text())
-        return ServerRecord(**data)
+        return ServerRecord(**{**data, "name": name})
     except (FileNotFoundError, ValueError, TypeError):
         return None
 
@@ -78,6 +102,8 @@ def read_record(name: str) -> ServerRecord | None:
 def read_records() -> list[ServerRecord]:
     records = []
     for path in sorted(state_dir().glob("*.json")):
+        if not SERVER_NAME.fullmatch(path.stem) or ".." in path.stem:
+            continue  # not written by a server
         record = read_record(path.stem)
         if record is not None:
             records.append(record)
@@ -90,6 +116,30 @@ def remove_record(name: str, pid: int | None = None) -> None:
     if record is not None and pid is not None and record.pid != pid:
         return
     record_path(name).unlink(missing_ok=True)
+
+
+ServerState = Literal["alive", "dead", "stale", "unverified"]
+
+
+def server_state(record: ServerRecord) -> ServerState:
+    """alive: the recorded server runs; dead: its pid is gone; stale: its pid is another process;
+    unverified: a live pid that /proc cannot describe (ask the server itself, over its socket).
+
+    A process counts as the server only when it is shown to be: same start time and command
+    line as recorded (a record without them, from an older version, needs the server's module
+    and name in the command line).
+    """
+    if not pid_alive(record.pid):
+        return "dead"
+    identity = identify(record.pid)
+    if identity is None:
+        return "unverified"
+    if record.start_time is not None or record.cmdline:
+        same = identity.start_time == record.start_time and identity.cmdline == record.cmdline
+    else:
+        arguments = identity.cmdline.split()
+        same = SERVER_MODULE in arguments and record.name in arguments
+    return "alive" if same else "stale"
 
 
 def pid_alive(pid: int) -> bool:

@@ -21,8 +21,14 @@ class FrameError(ConnectionError):
     """The peer sent something that is not a frame (or closed the connection mid-frame)."""
 
 
-async def read_frame(reader: asyncio.StreamReader, codec: str = "json") -> Any:
-    """The next message; ``EOFError`` when the peer closed the connection between frames."""
+async def read_frame(
+    reader: asyncio.StreamReader, codec: str = "json", max_size: int = MAX_FRAME
+) -> Any:
+    """The next message; ``EOFError`` when the peer closed the connection between frames.
+
+    A frame announced larger than ``max_size`` is refused from its header, before a byte of it
+    is buffered.
+    """
     try:
         header = await reader.readexactly(_HEADER.size)
     except asyncio.IncompleteReadError as exc:
@@ -30,8 +36,8 @@ async def read_frame(reader: asyncio.StreamReader, codec: str = "json") -> Any:
             raise EOFError("the peer closed the connection") from None
         raise FrameError("the connection closed inside a frame header") from None
     (size,) = _HEADER.unpack(header)
-    if size > MAX_FRAME:
-        raise FrameError(f"frame of {size} bytes exceeds the {MAX_FRAME}-byte limit")
+    if size > max_size:
+        raise FrameError(f"frame of {size} bytes exceeds the {max_size}-byte limit")
     try:
         payload = await reader.readexactly(size)
     except asyncio.IncompleteReadError:
