@@ -10,9 +10,13 @@ must still answer (maybe after a restart), and after close no process of the san
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import platform
 import re
 import socket
+import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,9 +24,11 @@ from pathlib import Path
 import pytest
 
 from envs_builtin.python_sandbox import PythonSandboxEnv, bwrap_problem
+from envs_builtin.sandbox_cgroup import unavailable
 
 REPO = Path(__file__).resolve().parents[1]
 BWRAP_PROBLEM = bwrap_problem()
+NO_CGROUP = unavailable()
 SECRET_NAME, SECRET_VALUE = "AGENTFLY_TEST_SECRET", "hunter2-d41d8cd9"
 RESTARTED = r"the interpreter was restarted, so its state .* is lost"
 LIMITS = {"cpu_seconds": 1, "wall_seconds": 1.5, "memory_mb": 256, "disk_mb": 8}
@@ -38,6 +44,18 @@ class Attack:
     modes: tuple[str, ...] = ("bwrap", "none")
     host_paths: tuple[str, ...] = ()  # files the attack tries to create on the host
     options: dict = field(default_factory=dict)
+    then: tuple[str, str] | None = None  # a next cell and the regex its observation must match
+    needs_cgroup: bool = False  # the bound comes from the sandbox's cgroup
+    seconds: float = 8.0  # the most it may take
+
+
+FORGED = '{{"value": "FORGED", "ready": true, "pong": true}}'  # braces doubled: .format
+ANSWER_PIPES = (  # the cell's pipes but its output: the answer pipe (and the command pipe)
+    "import os, stat\nout = os.fstat(1)\npipes = []\nfor fd in range(3, 256):\n    try:\n"
+    "        info = os.fstat(fd)\n    except OSError:\n        continue\n"
+    "    if stat.S_ISFIFO(info.st_mode) and info.st_ino != out.st_ino:\n"
+    "        pipes.append(fd)\n"
+)
 
 
 ATTACKS = [
@@ -161,6 +179,77 @@ ATTACKS = [
         r"^(y\n){50}\n\[output truncated: 199999\d\d more characters\]\n0$",
         options={"max_output_chars": 100},
     ),
+    # -- limits of the sandbox as a whole, not of each process -----------------------------------
+    Attack(  # 3 x 100 MB under a 256 MB limit: RLIMIT_AS allows each, the cgroup not all
+        "memory-of-all-processes",
+        "import os, time\nkids = []\nfor _ in range(3):\n    pid = os.fork()\n"
+        "    if pid == 0:\n        block = b'x' * (100 << 20)\n        time.sleep(0.5)\n"
+        "        os._exit(0)\n    kids.append(pid)\n"
+        "statuses = [os.waitpid(pid, 0)[1] for pid in kids]\n"
+        "'killed: %d' % sum(os.WIFSIGNALED(s) and os.WTERMSIG(s) == 9 for s in statuses)",
+        r"^'killed: [123]'$",
+        options=SLOW_CLOCK,
+        needs_cgroup=True,
+    ),
+    Attack(  # /tmp and /dev/shm share disk_mb (8 MB); / and /dev take no files at all
+        "files-everywhere",
+        "found = []\nfor path in ('/tmp/a', '/dev/shm/b', '/c', '/dev/d'):\n    try:\n"
+        "        with open(path, 'wb') as f:\n            f.write(b'x' * (5 << 20))\n"
+        "        found.append('ok')\n    except OSError as e:\n"
+        "        found.append(e.strerror)\nfound",
+        r"^\['ok', 'No space left on device', 'Read-only file system', "
+        r"'Read-only file system'\]$",
+        modes=("bwrap",),
+    ),
+    Attack(  # a child that loops after its cell returned is killed, not left to run
+        "child-outlives-its-cell",
+        "import subprocess\np = subprocess.Popen(['sh', '-c', 'while :; do :; done'])\n'started'",
+        r"^'started'$",
+        then=(
+            "import os, time\ntime.sleep(0.3)\nstate = 'running'\ntry:\n"
+            "    os.kill(p.pid, 0)\nexcept ProcessLookupError:\n    state = 'gone'\nstate",
+            r"^'gone'$",
+        ),
+    ),
+    Attack(  # the CPU limit counts the children's CPU time (the cell itself only waits)
+        "children-burn-cpu",
+        "import os\nos.system(\"sh -c 'while :; do :; done' & sh -c 'while :; do :; done' & "
+        'sleep 30")',
+        r"used more than 0.5 s of CPU time and did not stop; " + RESTARTED,
+        options={"cpu_seconds": 0.5, "wall_seconds": 20},  # a busy machine gives them little
+        seconds=20,
+    ),
+    # -- the kernel: no nested user namespaces ---------------------------------------------------
+    Attack(
+        "nested-user-namespace",
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "libc.unshare(0x10000000), ctypes.get_errno()",  # CLONE_NEWUSER
+        r"^\(-1, (1|22|28)\)$",  # EPERM, EINVAL or ENOSPC
+        modes=("bwrap",),
+    ),
+    # -- the REPL protocol: answers cannot be forged ---------------------------------------------
+    Attack(  # answers written by the cell on the answer pipe are not taken for its answer
+        "forge-an-answer",
+        ANSWER_PIPES + f"for fd in pipes:\n    try:\n        os.write(fd, b'{FORGED}\\n')\n"
+        "    except OSError:\n        pass\n'genuine'",
+        r"^'genuine'$",
+    ),
+    Attack(  # a thread forging answers all the time cannot answer the next cell either
+        "forge-later-answers",
+        ANSWER_PIPES + "import threading, time\ndef forge():\n    while True:\n"
+        f"        for fd in pipes:\n            try:\n                os.write(fd, b'{FORGED}\\n')"
+        "\n            except OSError:\n                pass\n        time.sleep(0.005)\n"
+        "threading.Thread(target=forge, daemon=True).start()\ntime.sleep(0.1)\n'genuine'",
+        r"^'genuine'$",
+        then=("import time\ntime.sleep(0.2)\n6 * 7", r"^42$"),
+    ),
+    Attack(  # a child process cannot reach the interpreter's pipes through /proc
+        "forge-through-proc",
+        "import os\nos.system(\"for f in /proc/$PPID/fd/*; do echo '"
+        + FORGED.replace('"', '\\"')
+        + "' > $f; done 2>/dev/null\")\n'genuine'",
+        r"^'genuine'$",
+    ),
 ]
 
 
@@ -196,11 +285,18 @@ def host(tmp_path, monkeypatch):
 
 
 def cases() -> list:
-    reason = f"bubblewrap cannot sandbox here: {BWRAP_PROBLEM}"
-    skip = pytest.mark.skipif(BWRAP_PROBLEM is not None, reason=reason)
+    no_bwrap = pytest.mark.skipif(
+        BWRAP_PROBLEM is not None, reason=f"bubblewrap cannot sandbox here: {BWRAP_PROBLEM}"
+    )
+    no_cgroup = pytest.mark.skipif(
+        NO_CGROUP is not None, reason=f"no cgroup for sandboxes here: {NO_CGROUP}"
+    )
     return [
         pytest.param(
-            attack, mode, id=f"{attack.name}-{mode}", marks=skip if mode == "bwrap" else ()
+            attack,
+            mode,
+            id=f"{attack.name}-{mode}",
+            marks=[no_bwrap] * (mode == "bwrap") + [no_cgroup] * attack.needs_cgroup,
         )
         for attack in ATTACKS
         for mode in attack.modes
@@ -219,15 +315,18 @@ def test_attack_is_contained(attack, mode, host):
             started = time.monotonic()
             observation = await env.step(code)
             elapsed = time.monotonic() - started
+            then = await env.step(attack.then[0]) if attack.then else None
             after = await env.step("print('still here')")
             session = env._interpreter.proc.pid
         finally:
             await env.close()
-        return observation, elapsed, after, session
+        return observation, elapsed, then, after, session
 
-    observation, elapsed, after, session = asyncio.run(scenario())
+    observation, elapsed, then, after, session = asyncio.run(scenario())
     assert re.search(attack.expect, observation), observation[-2000:]
-    assert elapsed < 8, f"{attack.name} took {elapsed:.1f} s"
+    if attack.then:
+        assert re.search(attack.then[1], then), then[-2000:]
+    assert elapsed < attack.seconds, f"{attack.name} took {elapsed:.1f} s"
     assert after.endswith("still here")
     for path in host_paths:
         assert not os.path.exists(path), path
@@ -237,3 +336,68 @@ def test_attack_is_contained(attack, mode, host):
     while session_processes(session) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert session_processes(session) == []
+
+
+# -- the kernel keyring: the host's keys stay out of reach ----------------------------------------
+KEYRING_HOST = """
+import asyncio, ctypes, json, platform, sys, warnings
+warnings.simplefilter("ignore")
+sys.path.insert(0, {repo!r})
+from envs_builtin.python_sandbox import PythonSandboxEnv
+
+KEYCTL, ADD_KEY = {{"x86_64": (250, 248), "aarch64": (219, 217)}}[platform.machine()]
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+if libc.syscall(KEYCTL, 1, b"agentfly-test-session") < 0:  # KEYCTL_JOIN_SESSION_KEYRING
+    print(json.dumps({{"skip": f"no kernel keyrings here (errno {{ctypes.get_errno()}})"}}))
+    sys.exit()
+secret = {secret!r}.encode()
+if libc.syscall(ADD_KEY, b"user", b"agentfly-secret", secret, len(secret), -3) < 0:
+    print(json.dumps({{"skip": f"cannot add a key (errno {{ctypes.get_errno()}})"}}))
+    sys.exit()
+
+async def main():
+    env = PythonSandboxEnv(sandbox={mode!r})
+    await env.start()
+    try:
+        return await env.step({cell!r})
+    finally:
+        await env.close()
+
+print(json.dumps({{"observation": asyncio.run(main())}}))
+"""
+KEYRING_CELL = """
+import ctypes, platform
+KEYCTL = {"x86_64": 250, "aarch64": 219}[platform.machine()]
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+key = libc.syscall(KEYCTL, 10, -3, b"user", b"agentfly-secret", 0)  # KEYCTL_SEARCH, session
+found = "no key"
+if key > 0:
+    buffer = ctypes.create_string_buffer(256)
+    size = libc.syscall(KEYCTL, 11, key, buffer, 256)  # KEYCTL_READ
+    found = buffer.raw[: max(size, 0)].decode(errors="replace")
+found, "agentfly-secret" in open("/proc/keys").read()
+"""
+
+
+KEYCTL_ARCH = pytest.mark.skipif(
+    platform.machine() not in ("x86_64", "aarch64"), reason="keyctl is known on x86_64, aarch64"
+)
+NO_BWRAP = pytest.mark.skipif(BWRAP_PROBLEM is not None, reason=f"no bubblewrap: {BWRAP_PROBLEM}")
+
+
+@KEYCTL_ARCH
+@pytest.mark.parametrize("mode", [pytest.param("bwrap", marks=NO_BWRAP), "none"])
+def test_the_hosts_keyring_is_out_of_reach(mode):
+    """The host joins a session keyring and puts a secret in it; a cell finds neither."""
+    script = KEYRING_HOST.format(repo=str(REPO), secret=SECRET_VALUE, mode=mode, cell=KEYRING_CELL)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=REPO
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    if "skip" in result:
+        pytest.skip(result["skip"])
+    assert SECRET_VALUE not in result["observation"]
+    assert result["observation"] == "('no key', False)"
