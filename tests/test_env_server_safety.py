@@ -51,43 +51,38 @@ def bystander():
 
 
 # -- a recycled pid is never signalled -----------------------------------------------------------
-def _records_for(pid: int, state_dir: Path) -> list[ServerRecord]:
-    """Stale records naming ``pid``: an older version's (no identity) and a crashed server's."""
+def _stale_record(kind: str, pid: int, state_dir: Path) -> ServerRecord:
+    """A record naming ``pid``: an older version's (no identity) or a crashed server's."""
     address = f"unix://{state_dir}/scratchpad.sock"
-    old = ServerRecord(name="scratchpad", pid=pid, address=address, ready=True, pool_max=2)
-    identity = identify(pid)
-    assert identity is not None
-    crashed = ServerRecord(
-        name="scratchpad",
-        pid=pid,
-        address=address,
-        ready=True,
-        start_time=identity.start_time - 1,  # the server started before its pid was reused
-        cmdline="python -m agentfly_cli.envs.server scratchpad --config {}",
-    )
-    return [old, crashed]
+    record = ServerRecord(name="scratchpad", pid=pid, address=address, ready=True, pool_max=2)
+    if kind == "crashed":
+        identity = identify(pid)
+        assert identity is not None
+        record.start_time = identity.start_time - 1  # it started before its pid was reused
+        record.cmdline = "python -m agentfly_cli.envs.server scratchpad --config {}"
+    return record
 
 
-def test_env_down_never_signals_a_process_that_reused_the_servers_pid(state_dir, bystander):
-    for record in _records_for(bystander.pid, state_dir):
-        write_record(record)
-        down = agentfly("env", "down", "scratchpad", "--json")
-        assert down.exit_code == 0, down.output
-        [result] = json.loads(down.output)
-        assert "not signalled" in result["stopped_by"], result
-        time.sleep(0.2)
-        assert bystander.poll() is None, "env down killed an unrelated process"
-        assert read_records() == []
+@pytest.mark.parametrize("kind", ["legacy", "crashed"])
+def test_env_down_never_signals_a_process_that_reused_the_servers_pid(state_dir, bystander, kind):
+    write_record(_stale_record(kind, bystander.pid, state_dir))
+    down = agentfly("env", "down", "scratchpad", "--json")
+    assert down.exit_code == 0, down.output
+    [result] = json.loads(down.output)
+    time.sleep(0.2)
+    assert bystander.poll() is None, f"env down killed an unrelated process: {result}"
+    assert "not signalled" in result["stopped_by"], result
+    assert read_records() == []
 
 
-def test_env_ls_shows_a_reused_pid_as_stale_and_forgets_it(state_dir, bystander):
-    for record in _records_for(bystander.pid, state_dir):
-        write_record(record)
-        [row] = json.loads(agentfly("env", "ls", "--json").output)
-        assert row["status"] == "stale", row
-        assert f"pid {bystander.pid} now belongs to another process" in row["error"]
-        assert json.loads(agentfly("env", "ls", "--json").output) == []
-        assert bystander.poll() is None
+@pytest.mark.parametrize("kind", ["legacy", "crashed"])
+def test_env_ls_shows_a_reused_pid_as_stale_and_forgets_it(state_dir, bystander, kind):
+    write_record(_stale_record(kind, bystander.pid, state_dir))
+    [row] = json.loads(agentfly("env", "ls", "--json").output)
+    assert row["status"] == "stale", row
+    assert f"pid {bystander.pid} now belongs to another process" in row["error"]
+    assert json.loads(agentfly("env", "ls", "--json").output) == []
+    assert bystander.poll() is None
 
 
 def test_server_state_tells_the_server_from_a_process_with_its_pid(state_dir):
