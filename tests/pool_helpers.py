@@ -133,7 +133,9 @@ def assert_settled(pool: EnvPool, tracker: Tracker | None = None, task_reset_fai
     # every start attempt either started or failed; ``failed`` also counts failed task resets
     assert stats.created == stats.started + stats.failed - task_reset_failures
     # every acquired env came back exactly one way
-    assert stats.acquired == stats.released + stats.restarts + stats.killed + stats.abandoned
+    assert stats.acquired == (
+        stats.released + stats.restarts + stats.killed + stats.abandoned + stats.expired
+    )
     if tracker is not None:
         assert tracker.alive == 0
         assert all(env.closes == 1 for env in tracker.envs), [e.closes for e in tracker.envs]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from agentfly_cli.cli.fitted_table import print_fitted, wrap_words
 from agentfly_cli.cli.output import (
     EXIT_FAILURE,
     JSON_OPTION,
@@ -12,7 +13,6 @@ from agentfly_cli.cli.output import (
     print_json,
     stderr_console,
     stdout_console,
-    table,
 )
 
 app = typer.Typer(
@@ -38,6 +38,11 @@ def up(
         None, "--host", help="Listen on TCP at this host (a token is made); default: a unix socket."
     ),
     port: int = typer.Option(0, "--port", help="TCP port with --host (0: any free port)."),
+    lease_timeout: float = typer.Option(
+        None,
+        "--lease-timeout",
+        help="Most seconds a client may hold an env; then it is taken back and replaced.",
+    ),
     wait: float = typer.Option(120.0, "--wait", help="Seconds to wait for the warm envs."),
     foreground: bool = typer.Option(
         False, "--foreground", help="Serve in this process until Ctrl-C (for service managers)."
@@ -45,19 +50,26 @@ def up(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Start a pool server for NAME with --size warm envs, in the background."""
-    from agentfly_cli.envs.control import ServerStartError, parse_options, start_server
+    from agentfly_cli.envs.control import (
+        ServerStartError,
+        parse_options,
+        pool_config,
+        start_server,
+    )
     from agentfly_cli.envs.providers import PROVIDERS
-    from agentfly_cli.envs.settings import EnvPoolConfig
+    from agentfly_cli.envs.state import check_server_name
     from agentfly_cli.errors import UserError
 
+    check_server_name(name)
     if provider not in PROVIDERS:
         raise UserError(f"--provider {provider!r} is unknown; use one of: {', '.join(PROVIDERS)}")
     size = size or 1
-    config = EnvPoolConfig(
+    config = pool_config(
         provider=provider,
         ray_address=ray_address,
         warm_size=size,
         pool_max=max_size or size,
+        lease_timeout=lease_timeout,
         options=parse_options(option),
     )
     if foreground:
@@ -106,29 +118,31 @@ def ls(as_json: bool = JSON_OPTION) -> None:
     if not rows:
         stdout_console().print("no pool servers; start one with `agentfly env up NAME`")
         return
-    columns = ("name", "status", "provider", "in use", "idle", "max", "waiting", "failed")
-    columns += ("restarts", "pid")
-    cells = []
-    for row in rows:
-        stats = row["stats"]
-        cells.append(
-            (
-                row["name"],
-                row["status"],
-                row["provider"],
-                stats.get("in_use", "-"),
-                stats.get("idle", "-"),
-                row["pool_max"],
-                stats.get("waiting", "-"),
-                stats.get("failed", "-"),
-                stats.get("restarts", "-"),
-                row["pid"],
-            )
-        )
     out = stdout_console()
-    out.print(table(f"{len(rows)} pool server(s)", columns, cells))
+    cells = [(r["name"], r["status"], r["pid"], r["provider"], pool_summary(r)) for r in rows]
+    print_fitted(out, f"{len(rows)} pool server(s)", SERVER_COLUMNS, cells)
     for row in rows:
-        out.print(f"{row['name']}: {row['address']}", highlight=False, markup=False)
+        out.print(wrap_words(row["address"], out.width, f"{row['name']}: "), **PLAIN)
+        if row.get("error"):
+            out.print(wrap_words(row["error"], out.width, f"{row['name']}: "), **PLAIN)
+
+
+SERVER_COLUMNS = ("name", "status", "pid", "provider", "envs")
+PLAIN = {"markup": False, "highlight": False, "soft_wrap": True}
+
+
+def pool_summary(row: dict) -> str:
+    """A server's pool in words: ``2 in use, 1 idle, max 8; 0 waiting, 0 failed, ...``."""
+    stats = row["stats"]
+    sizes = f"max {row['pool_max']}"
+    if not stats:
+        return sizes
+    sizes = f"{stats.get('in_use', 0)} in use, {stats.get('idle', 0)} idle, {sizes}"
+    counts = ", ".join(f"{stats[key]} {key}" for key in POOL_COUNTS if key in stats)
+    return f"{sizes}; {counts}"
+
+
+POOL_COUNTS = ("waiting", "failed", "restarts", "timeouts", "expired")
 
 
 @app.command("down")

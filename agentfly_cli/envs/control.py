@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pydantic
+
 from agentfly_cli.envs.manager import check_options
 from agentfly_cli.envs.remote import Connection, server_request
 from agentfly_cli.envs.settings import EnvPoolConfig
@@ -142,6 +144,7 @@ def list_servers(timeout: float = 3.0) -> list[dict[str, Any]]:
                 )
                 row["status"] = "ready"
                 row["stats"] = described.get("stats", {})
+                row["settings"] = described.get("settings", {})
                 row["provider_info"] = {
                     k: v for k, v in described.items() if k not in ("stats", "settings")
                 }
@@ -236,6 +239,20 @@ def _log_tail(path: Path, lines: int = 15) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return "(no log)"
+
+
+_FLAGS = {"warm_size": "--size", "pool_max": "--max", "lease_timeout": "--lease-timeout"}
+
+
+def pool_config(**values: Any) -> EnvPoolConfig:
+    """The server's pool config from ``env up``'s flags; a bad value is a one-line error."""
+    try:
+        return EnvPoolConfig(**values)
+    except pydantic.ValidationError as exc:
+        error = exc.errors()[0]
+        field = str(error["loc"][0]) if error["loc"] else ""
+        flag = _FLAGS.get(field, f"--{field.replace('_', '-')}")
+        raise UserError(f"{flag}: {error['msg']} (got {error.get('input')!r})") from None
 
 
 def parse_options(items: list[str]) -> dict[str, Any]:

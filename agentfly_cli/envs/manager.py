@@ -21,7 +21,17 @@ from agentfly_cli.envs.providers import EnvHandle, EnvProvider, make_provider
 from agentfly_cli.envs.settings import EnvPoolConfig
 from agentfly_cli.errors import UserError
 
-POOL_METRICS = ("in_use", "idle", "waiting", "started", "failed", "restarts", "killed", "timeouts")
+POOL_METRICS = (
+    "in_use",
+    "idle",
+    "waiting",
+    "started",
+    "failed",
+    "restarts",
+    "killed",
+    "timeouts",
+    "expired",
+)
 
 
 class ResourceManager:

@@ -9,7 +9,9 @@ first waiter, and a freed slot is promised to it, so a later acquire cannot take
 
 Cancellation is safe everywhere: an acquire cancelled while its env starts kills that env, a
 lease left by an exception or a cancellation kills its env rather than reusing it, and a
-release cancelled mid-reset closes the env.
+release cancelled mid-reset closes the env. With ``lease_timeout``, a lease held longer expires
+(see :mod:`agentfly_cli.envs.lease_limit`): its env is killed and replaced, and its holder gets
+:class:`LeaseExpired` on its next call.
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from agentfly_cli.envs.base import EnvSpec
+from agentfly_cli.envs.lease_limit import LeaseClock
 from agentfly_cli.envs.providers.base import EnvHandle, EnvProvider
+from agentfly_cli.envs.timeouts import checked_seconds
 from agentfly_cli.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -51,6 +55,10 @@ class PoolClosed(EnvPoolError):
     """The pool was shut down."""
 
 
+class LeaseExpired(EnvPoolError):
+    """The lease was held past the pool's ``lease_timeout``; its env was taken back."""
+
+
 @dataclass(frozen=True)
 class PoolSettings:
     """The limits one pool runs under: the spec's, overridden by the run's config."""
@@ -63,6 +71,7 @@ class PoolSettings:
     reset_timeout: float = 60.0
     health_timeout: float = 10.0
     close_timeout: float = 10.0
+    lease_timeout: float | None = None  # most seconds one lease may hold an env
 
     @classmethod
     def from_spec(cls, spec: EnvSpec, **overrides: Any) -> PoolSettings:
@@ -103,6 +112,7 @@ class PoolStats:
     reaped: int = 0  # idle longer than idle_ttl
     abandoned: int = 0  # still in use when the pool closed
     timeouts: int = 0  # acquires that gave up waiting
+    expired: int = 0  # held past lease_timeout: taken back, killed and replaced
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -136,6 +146,7 @@ class EnvPool:
         self._waiters: collections.deque[asyncio.Future] = collections.deque()
         self._reaper: asyncio.Task | None = None
         self._closed = False
+        self._leases = LeaseClock(spec.name, self.settings.lease_timeout, self._reclaim)
 
     @property
     def name(self) -> str:
@@ -182,6 +193,7 @@ class EnvPool:
         """
         if not self._closed:
             self._closed = True
+            self._leases.stop()
             # everything the pool holds is handed to a closing task before the first await, so
             # that a cancelled close leaves nothing behind
             for task in (self._reaper, *self._background):
@@ -245,7 +257,7 @@ class EnvPool:
         ``task`` (when given) is passed to the env's ``reset``.
         """
         self._check_open()
-        timeout = self.settings.acquire_timeout if timeout is None else timeout
+        timeout = self.settings.acquire_timeout if timeout is None else checked_seconds(timeout)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         if not self._waiters and self._idle:
@@ -263,13 +275,17 @@ class EnvPool:
             raise PoolClosed(f"the '{self.name}' env pool was shut down")
         self._in_use.add(handle)
         self._stats.acquired += 1
-        return handle
+        return self._leases.grant(handle)
 
     async def release(self, handle: EnvHandle, *, broken: bool = False) -> None:
         """Return a leased env: reset and health-checked, it goes back; otherwise replaced.
 
-        ``broken=True`` (its trajectory crashed or was cancelled) kills it at once.
+        ``broken=True`` (its trajectory crashed or was cancelled) kills it at once. An expired
+        lease was taken back already: returning it does nothing.
         """
+        handle, expired = self._leases.take_back(handle)
+        if expired:
+            return
         if handle not in self._in_use:
             if self._closed:
                 return  # the pool already closed it
@@ -467,6 +483,14 @@ class EnvPool:
                 ) from exc
             raise
         self._preparing.discard(handle)
+
+    def _reclaim(self, handle: EnvHandle) -> None:
+        """A lease ran past ``lease_timeout``: kill its env and start a replacement."""
+        if handle in self._in_use:
+            self._in_use.discard(handle)
+            self._stats.expired += 1
+            self._destroy(handle)
+            self._replenish()
 
     def _destroy(self, handle: EnvHandle) -> None:
         """Close ``handle`` in the background (killed if closing fails or takes too long)."""

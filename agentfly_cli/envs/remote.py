@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from agentfly_cli.envs import pool as pool_errors
+from agentfly_cli.envs.lease_limit import LeaseClock
 from agentfly_cli.envs.pool import AcquireTimeout, PoolStats
 from agentfly_cli.envs.providers.base import EnvHandle, EnvProxy
 from agentfly_cli.envs.settings import EnvPoolConfig
@@ -21,7 +22,7 @@ from agentfly_cli.envs.wire import FrameError, read_frame, rebuild_error, write_
 from agentfly_cli.errors import UserError
 
 PROTOCOL_VERSION = 1
-_POOL_ERRORS = {"AcquireTimeout", "EnvStartError", "PoolClosed", "EnvPoolError"}
+_POOL_ERRORS = {"AcquireTimeout", "EnvStartError", "PoolClosed", "EnvPoolError", "LeaseExpired"}
 
 
 class ServerGone(ConnectionError):
@@ -143,6 +144,9 @@ class RemotePool:
         self._token = ""
         self._stats = PoolStats()
         self._open: set[Connection] = set()
+        # a limit of the client's own (the server may have one too): past it, the connection
+        # closes and the server kills the env
+        self._leases = LeaseClock(name, config.lease_timeout, self._reclaim)
 
     async def start(self) -> int:
         """Find the server and check that it serves this env; fail early and clearly."""
@@ -188,20 +192,26 @@ class RemotePool:
             raise
         finally:
             self._stats.waiting -= 1
-        handle = RemoteEnvHandle(connection, info or {})
+        handle = self._leases.grant(RemoteEnvHandle(connection, info or {}))
         self._stats.acquired += 1
         self._stats.in_use += 1
         try:
             yield handle
         except BaseException:
-            self._stats.killed += 1
+            if self._leases.take_back(handle)[1]:
+                self._stats.expired += 1
+            else:
+                self._stats.killed += 1
             raise
         else:
-            try:
-                await connection.request({"op": "release"})
-                self._stats.released += 1
-            except Exception:
-                self._stats.restarts += 1
+            if self._leases.take_back(handle)[1]:
+                self._stats.expired += 1
+            else:
+                try:
+                    await connection.request({"op": "release"})
+                    self._stats.released += 1
+                except Exception:
+                    self._stats.restarts += 1
         finally:
             self._stats.in_use -= 1
             connection.close()  # the server kills an env whose lease closes unreleased
@@ -210,7 +220,13 @@ class RemotePool:
     def stats(self) -> PoolStats:
         return PoolStats(**self._stats.as_dict())
 
+    @staticmethod
+    def _reclaim(handle: EnvHandle) -> None:
+        assert isinstance(handle, RemoteEnvHandle)
+        handle.connection.close("the lease expired")  # the server kills the env
+
     async def close(self) -> None:
+        self._leases.stop()
         for connection in list(self._open):
             connection.close("the client shut down")
         self._open.clear()

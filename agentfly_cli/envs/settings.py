@@ -29,12 +29,25 @@ class EnvPoolConfig(BaseModel):
     )
     pool_max: int | None = Field(None, ge=1, description="most envs alive at once")
     warm_size: int | None = Field(None, ge=0, description="envs started before the run")
-    start_timeout: float | None = Field(None, gt=0, description="seconds to start one env")
-    idle_ttl: float | None = Field(None, gt=0, description="close idle envs after (seconds)")
-    acquire_timeout: float = Field(120.0, gt=0, description="most seconds to wait for an env")
-    reset_timeout: float = Field(60.0, gt=0)
-    health_timeout: float = Field(10.0, gt=0)
-    close_timeout: float = Field(10.0, gt=0)
+    start_timeout: float | None = Field(
+        None, gt=0, allow_inf_nan=False, description="seconds to start one env"
+    )
+    idle_ttl: float | None = Field(
+        None, gt=0, allow_inf_nan=False, description="close idle envs after (seconds)"
+    )
+    acquire_timeout: float = Field(
+        120.0, gt=0, allow_inf_nan=False, description="most seconds to wait for an env"
+    )
+    reset_timeout: float = Field(60.0, gt=0, allow_inf_nan=False)
+    health_timeout: float = Field(10.0, gt=0, allow_inf_nan=False)
+    close_timeout: float = Field(10.0, gt=0, allow_inf_nan=False)
+    lease_timeout: float | None = Field(
+        None,
+        gt=0,
+        allow_inf_nan=False,
+        description="most seconds one trajectory may hold an env; past it the env is taken "
+        "back and replaced, and the holder's next call fails (default: no limit)",
+    )
     options: dict[str, Any] = Field(
         default_factory=dict, description="keyword arguments of the env's factory"
     )
@@ -50,4 +63,5 @@ class EnvPoolConfig(BaseModel):
             reset_timeout=self.reset_timeout,
             health_timeout=self.health_timeout,
             close_timeout=self.close_timeout,
+            lease_timeout=self.lease_timeout,
         )
