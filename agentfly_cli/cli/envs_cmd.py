@@ -5,14 +5,8 @@ from __future__ import annotations
 import typer
 
 from agentfly_cli.cli.common import conflict_of, host_with_warnings, provenance_fields
-from agentfly_cli.cli.output import (
-    JSON_OPTION,
-    first_line,
-    handle_errors,
-    print_json,
-    stdout_console,
-    table,
-)
+from agentfly_cli.cli.fitted_table import print_fitted
+from agentfly_cli.cli.output import JSON_OPTION, handle_errors, print_json, stdout_console, summary
 
 app = typer.Typer(help="List environments.", no_args_is_help=True)
 
@@ -44,17 +38,13 @@ def list_envs(as_json: bool = JSON_OPTION) -> None:
     rows = [
         (
             item["name"],
-            first_line(item["description"], 50),
-            f"{item['warm_size']}/{item['pool_max']}",
-            ", ".join(item["tools"]) or "-",
-            item["plugin"] + (" (CONFLICT)" if item["conflict"] else ""),
+            summary(item["description"]),
+            " ".join(item["tools"]) or "-",
+            item["plugin"]
+            + (" (CONFLICT)" if item["conflict"] else "")
+            + f"\nwarm {item['warm_size']}, max {item['pool_max']}",
         )
         for item in items
     ]
-    stdout_console().print(
-        table(
-            f"{len(items)} environments",
-            ("name", "description", "warm/max", "tools", "plugin"),
-            rows,
-        )
-    )
+    columns = ("name", "description", "tools", "plugin, pool")
+    print_fitted(stdout_console(), f"{len(items)} environments", columns, rows)
