@@ -5,7 +5,8 @@ Failures: errors in the factory, start, task reset, release reset, step, health 
 starts, resets, health checks and closes that hang past their timeouts (a hung close is killed);
 envs that report themselves crashed; leases whose body raises; tasks cancelled at random points
 (waiting, starting, resetting, in the body, releasing); acquires with deadlines too short to
-wait out. Randomness comes from one seeded ``random.Random``.
+wait out. With lease time limits on, leases also overstay or hang past the limit. Randomness
+comes from one seeded ``random.Random``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from agentfly_cli.envs.pool import (
     AcquireTimeout,
     EnvPool,
     EnvStartError,
+    LeaseExpired,
     PoolSettings,
     PoolStats,
 )
@@ -94,6 +96,8 @@ class ChaosEnv(BaseEnv):
 
     async def step(self, action: Any) -> Any:
         await self._pause()
+        if action == "hang":
+            await asyncio.sleep(HANG)  # past the lease's time limit
         if self.world.rng.random() < 0.05:
             raise Injected("step")
         return action
@@ -322,6 +326,95 @@ def test_chaos_thousands_of_leases_leak_nothing():
     assert stats.released + stats.restarts == out.clean_exits
     assert out.body_failures <= stats.killed <= out.body_failures + out.cancels_requested
     assert elapsed < 60
+
+
+def test_chaos_with_lease_time_limits_leaks_nothing():
+    """Leases overstay or hang past ``lease_timeout`` among all the other failures: each is
+    taken back exactly once, its holder sees LeaseExpired, and every counter still adds up."""
+    rng = random.Random(SEED + 2)
+    world = World(rng)
+    settings = PoolSettings(
+        pool_max=6,
+        warm_size=2,
+        start_timeout=0.02,
+        idle_ttl=0.05,
+        acquire_timeout=0.5,
+        reset_timeout=0.02,
+        health_timeout=0.02,
+        close_timeout=0.02,
+        lease_timeout=0.015,
+    )
+    spec = EnvSpec(name="chaos", factory=lambda: ChaosEnv(world), pool_max=6)
+    leases, workers = 1600, 24
+    seen = {"acquired": 0, "expired": 0, "clean": 0, "body": 0, "cancelled": 0}
+    unexpected: list[BaseException] = []
+
+    async def one_lease(number: int) -> None:
+        try:
+            async with pool.lease({"n": number}, timeout=rng.choice([0.003, 0.05, None])) as env:
+                seen["acquired"] += 1
+                roll = rng.random()
+                try:
+                    if roll < 0.15:  # overstays, then comes back to its env
+                        await asyncio.sleep(settings.lease_timeout * rng.uniform(1.2, 2))
+                        await env.env.step(number)
+                    elif roll < 0.25:  # hangs inside a call past the limit
+                        await env.env.step("hang")
+                    elif roll < 0.3:
+                        raise BodyError("the leasing code failed")
+                    else:
+                        await env.env.step(number)
+                except LeaseExpired as exc:
+                    assert "lease_timeout" in str(exc)
+                    seen["expired"] += 1
+                    raise
+                except BaseException:
+                    seen["body"] += 1
+                    raise
+            seen["clean"] += 1
+        except (Injected, BodyError, LeaseExpired, AcquireTimeout, EnvStartError):
+            pass
+
+    async def worker(count: int) -> None:
+        loop = asyncio.get_running_loop()
+        for number in range(count):
+            task = asyncio.create_task(one_lease(number))
+            if rng.random() < 0.1:
+                loop.call_later(rng.uniform(0, 0.02), task.cancel)
+            await asyncio.wait([task])
+            if task.cancelled():
+                seen["cancelled"] += 1
+            elif task.exception() is not None:
+                unexpected.append(task.exception())
+            if pool.live() > settings.pool_max:
+                unexpected.append(AssertionError(f"{pool.live()} envs alive"))
+
+    async def main() -> None:
+        nonlocal pool
+        pool = EnvPool(spec, CountingProvider(world), settings)
+        await pool.start()
+        await asyncio.gather(*(worker(leases // workers) for _ in range(workers)))
+        assert pool.stats().in_use == 0
+        await pool.close()
+
+    pool: EnvPool = None  # type: ignore[assignment]
+    asyncio.run(asyncio.wait_for(main(), 120))
+    stats = pool.stats()
+    assert unexpected == [], unexpected[:5]
+    assert seen["acquired"] > 500 and seen["expired"] > 50 and seen["cancelled"] > 10
+    # every expiry was seen by its holder at most once; an unseen one left without calling
+    assert seen["expired"] <= stats.expired
+    assert stats.acquired == seen["acquired"]
+    assert stats.acquired == (
+        stats.released + stats.restarts + stats.killed + stats.abandoned + stats.expired
+    )
+    assert stats.released + stats.restarts <= seen["clean"]
+    assert seen["clean"] <= stats.released + stats.restarts + stats.expired
+    # nothing leaked: every env closed exactly once, never more than pool_max alive
+    assert (stats.in_use, stats.idle, stats.waiting, stats.starting) == (0, 0, 0, 0)
+    assert world.alive == 0 and pool.live() == 0 and world.peak <= settings.pool_max
+    assert all(env.closes == 1 for env in world.envs)
+    assert stats.created == stats.closed == len(world.envs) + world.factory_failures
 
 
 # -- the subprocess provider -------------------------------------------------------------------
