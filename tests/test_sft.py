@@ -156,7 +156,7 @@ def test_fine_tune_learns_the_demos_and_writes_a_loadable_model(tiny_model, demo
 
     records = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     steps = [r["step"] for r in records if "sft/loss" in r]
-    assert steps == list(range(12))
+    assert steps == list(range(1, 13))  # numbered from 1; notes at 0 (before) and 12
     notes = [(r["step"], r["sft/heldout_loss"]) for r in records if "sft/loss" not in r]
     assert notes == [(0, result.heldout_loss_before), (12, result.heldout_loss_after)]
     assert (out / "plot.png").stat().st_size > 0

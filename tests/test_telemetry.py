@@ -19,7 +19,14 @@ from agentfly_cli.train.metrics import (
     rollout_metrics,
     total_tokens,
 )
-from agentfly_cli.train.telemetry import Telemetry, format_step_line, plot_metrics, read_metrics
+from agentfly_cli.train.step_progress import StepProgress
+from agentfly_cli.train.telemetry import (
+    Telemetry,
+    format_step_line,
+    plot_metrics,
+    read_metrics,
+    training_bar_fields,
+)
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -158,13 +165,13 @@ def test_telemetry_writes_every_sink(tmp_path):
     with Telemetry(
         run, total_steps=5, config={"model": "tiny", "lr": 1e-6}, console_file=out
     ) as telemetry:
-        for step in range(5):
-            telemetry.log(step, step_metrics(step))
+        for step in range(1, 6):  # steps are numbered from 1
+            telemetry.log(step, step_metrics(step - 1))
     assert telemetry.closed
     telemetry.close()  # idempotent
 
     records = read_metrics(run / "metrics.jsonl")
-    assert [r["step"] for r in records] == [0, 1, 2, 3, 4]
+    assert [r["step"] for r in records] == [1, 2, 3, 4, 5]
     assert records[2]["reward/mean"] == pytest.approx(0.2)
     assert isinstance(records[0]["time"], float)
     assert json.loads((run / "config.json").read_text()) == {"model": "tiny", "lr": 1e-6}
@@ -188,17 +195,17 @@ def test_telemetry_writes_every_sink(tmp_path):
 def test_resume_drops_later_steps(tmp_path):
     run = tmp_path / "run"
     with Telemetry(run, total_steps=6, sinks=("jsonl",), console=False) as telemetry:
-        for step in range(5):
+        for step in range(1, 6):
             telemetry.log(step, {"reward/mean": float(step)})
     with open(run / "metrics.jsonl", "a") as torn:  # a crash mid-line
-        torn.write('{"step": 5, "rew')
-    # checkpoint at step 3: the resumed run logs steps 3, 4, 5 again
-    with Telemetry(run, total_steps=6, sinks=("jsonl",), console=False, start_step=3) as telemetry:
-        for step in range(3, 6):
+        torn.write('{"step": 6, "rew')
+    # checkpoint after step 3: the resumed run logs steps 4, 5, 6 again
+    with Telemetry(run, total_steps=6, sinks=("jsonl",), console=False, start_step=4) as telemetry:
+        for step in range(4, 7):
             telemetry.log(step, {"reward/mean": 10.0 + step})
     records = read_metrics(run / "metrics.jsonl")
-    assert [r["step"] for r in records] == [0, 1, 2, 3, 4, 5]
-    assert [r["reward/mean"] for r in records] == [0.0, 1.0, 2.0, 13.0, 14.0, 15.0]
+    assert [r["step"] for r in records] == [1, 2, 3, 4, 5, 6]
+    assert [r["reward/mean"] for r in records] == [1.0, 2.0, 3.0, 14.0, 15.0, 16.0]
     # a fresh run (start_step=0) in the same folder starts over
     with Telemetry(run, total_steps=1, sinks=("jsonl",), console=False) as telemetry:
         telemetry.log(0, {"reward/mean": 7.0})
@@ -290,7 +297,7 @@ def test_plot_metrics_standalone(tmp_path):
 
 
 def test_format_step_line_skips_missing():
-    assert format_step_line(0, None, {"reward/mean": 1}) == "step 1/? | reward 1.000"
+    assert format_step_line(1, None, {"reward/mean": 1}) == "step 1/? | reward 1.000"
 
 
 def test_import_does_not_load_torch():
@@ -330,17 +337,62 @@ def test_an_sft_run_shows_its_loss_and_plots_no_empty_reward_panel(tmp_path):
     with Telemetry(
         tmp_path, total_steps=2, sinks=("jsonl",), console_file=out, bar_fields=bar
     ) as telemetry:
-        for step in range(2):
-            telemetry.log(step, {"sft/loss": 0.5 / (step + 1)})
+        for step in (1, 2):
+            telemetry.log(step, {"sft/loss": 0.5 / step})
         telemetry.log_note(2, {"sft/heldout_loss": 0.3}, "held-out loss after 2 steps: 0.300")
     text = out.getvalue()
     assert "step 1/2 | loss 0.500" in text and "step 2/2 | loss 0.250" in text
     assert "held-out loss after 2 steps: 0.300" in text
     records = read_metrics(tmp_path / "metrics.jsonl")
     assert [(r["step"], sorted(r)[0]) for r in records] == [
-        (0, "sft/loss"),
         (1, "sft/loss"),
+        (2, "sft/loss"),
         (2, "sft/heldout_loss"),
     ]
     image = matplotlib.image.imread(tmp_path / "plot.png")
     assert image.shape[0] < 400  # one row: loss, held-out loss (a reward panel adds a row)
+
+
+def test_step_progress_line_counts_units_tokens_and_seconds():
+    now = [100.0]
+    progress = StepProgress(clock=lambda: now[0])
+    assert progress.line() == ""  # no phase yet
+    sampled = [0]
+    progress.begin("rollout", step=3, total=32, unit="chains", live_tokens=lambda: sampled[0])
+    now[0] += 14.2
+    sampled[0] = 1204
+    progress.advance()
+    progress.advance(2)
+    assert progress.line() == "step 3 rollout: 3/32 chains | 1,204 tokens | 14s"
+    progress.begin("train", step=3, total=4, unit="micro-batches")
+    progress.advance(tokens=500)
+    assert progress.line() == "step 3 train: 1/4 micro-batches | 500 tokens | 0s"
+    progress.end()
+    assert progress.line() == ""
+
+
+def test_the_live_display_shows_the_running_phase_under_the_bar(tmp_path):
+    """A SmolLM2 step is a minute or two: the display says what runs inside it."""
+    progress = StepProgress(clock=lambda: 7.0)
+    with Telemetry(
+        tmp_path, total_steps=3, sinks=("jsonl",), console_file=io.StringIO(),
+        step_progress=progress,
+    ) as telemetry:  # fmt: skip
+        telemetry.log(1, {"reward/mean": 0.5})
+        progress.begin("rollout", step=2, total=32, unit="chains")
+        progress.advance(5, tokens=120)
+        lines = telemetry.live_text().splitlines()
+        assert lines[0].startswith("steps done 1/3") and "reward 0.500" in lines[0]
+        assert lines[1].strip() == "step 2 rollout: 5/32 chains | 120 tokens | 0s"
+        progress.end()
+        assert len(telemetry.live_text().splitlines()) == 1
+
+
+def test_no_kl_column_when_the_run_has_no_kl(tmp_path):
+    for kl in (False, True):
+        with Telemetry(
+            tmp_path / str(kl), total_steps=2, sinks=("jsonl",), console_file=io.StringIO(),
+            bar_fields=training_bar_fields(kl=kl),
+        ) as telemetry:  # fmt: skip
+            telemetry.log(1, {"reward/mean": 0.5, "entropy": 0.1})
+            assert (" kl " in telemetry.live_text()) is kl

@@ -61,19 +61,19 @@ def test_two_ranks_train_checkpoint_and_resume(tmp_path, tiny_model, stage):
     done = launch(tmp_path, tiny_model, run_dir, "--set", zero, "--set", "trainer.steps=2")
     assert done.stdout.count("run folder:") == 1  # one report, from rank 0
     shares = sorted(p.name for p in (run_dir / "trajectories").iterdir())
-    assert shares == [f"step-00000{s}-rank{r}.jsonl" for s in (0, 1) for r in (0, 1)]
+    assert shares == [f"step-00000{s}-rank{r}.jsonl" for s in (1, 2) for r in (0, 1)]
     from agentfly_cli.rollout.trajectory import read_trajectories
 
     # each rank rolled out its own task of the step: positions 0 and 1, each n=3 chains
     for rank in (0, 1):
-        records = read_trajectories(run_dir / "trajectories" / f"step-000000-rank{rank}.jsonl")
+        records = read_trajectories(run_dir / "trajectories" / f"step-000001-rank{rank}.jsonl")
         assert {t.task_index for t in records} == {rank} and len(records) == 3
     first = run_dir / "checkpoints" / "step-000002" / "model" / "model.safetensors"
     before = load_file(str(first))
 
     launch(tmp_path, tiny_model, run_dir, "--set", zero, "--set", "trainer.steps=3", "--resume")
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [line["step"] for line in lines] == [0, 1, 2]
+    assert [line["step"] for line in lines] == [1, 2, 3]
     assert all(line["grad_norm"] > 0 for line in lines)
     after = load_file(str(run_dir / "checkpoints" / "step-000003" / "model" / "model.safetensors"))
     assert any(not torch.equal(before[n], after[n]) for n in before)

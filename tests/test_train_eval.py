@@ -139,7 +139,7 @@ def test_trainer_evaluates_held_out_tasks_at_start_every_and_end(recipe, tmp_pat
     records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     evals = [r for r in records if "eval/reward_mean" in r]
     assert [r["step"] for r in evals] == [0, 2, 3]  # before step 1, after 2 updates, at the end
-    assert [r["step"] for r in records if "reward/mean" in r] == [0, 1, 2]
+    assert [r["step"] for r in records if "reward/mean" in r] == [1, 2, 3]
     for record in evals:
         assert record["eval/tasks"] == 2  # 25% of 8 rows
         assert 0.0 <= record["eval/reward_mean"] <= 1.0
@@ -151,7 +151,7 @@ def test_trainer_evaluates_held_out_tasks_at_start_every_and_end(recipe, tmp_pat
     assert len(read_trajectories(folder / "eval-000003.jsonl")) == 4 and len(held) == 2
     trained = {
         t.task["question"]
-        for step in range(3)
+        for step in (1, 2, 3)
         for t in read_trajectories(folder / f"step-{step:06d}.jsonl")
     }
     assert trained and held.isdisjoint(trained)

@@ -61,7 +61,7 @@ def test_training_changes_the_policy_and_logs_every_metric(recipe, tmp_path):
     result = Trainer(config, run_dir=run_dir, console=False).fit()
     assert len(result.history) == 2
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [line["step"] for line in lines] == [0, 1]
+    assert [line["step"] for line in lines] == [1, 2]
     for key in (
         "reward/mean", "reward/std", "turns/mean", "tools/errors", "finish/length",
         "entropy", "clip_frac", "grad_norm", "time/rollout_s", "time/train_s",
@@ -95,7 +95,7 @@ def test_resume_continues_exactly(recipe, tmp_path):
     differing = [name for name in a if not torch.equal(a[name], b[name])]
     assert not differing, f"resumed weights differ: {differing[:3]}"
     steps = [json.loads(x)["step"] for x in (split / "metrics.jsonl").read_text().splitlines()]
-    assert steps == [0, 1, 2, 3]
+    assert steps == [1, 2, 3, 4]
 
 
 def test_export_writes_a_loadable_model(recipe, tmp_path):
@@ -218,3 +218,111 @@ def test_a_group_of_one_chain_is_a_config_error(tiny_model):
         build_app(), ["train", "--model", str(tiny_model), "--n", "1", "--quiet"]
     )
     assert "set rollout.n to 2 or more" in one_line_error(result)
+
+
+def test_one_step_numbering_everywhere(recipe, tmp_path):
+    """Steps are numbered from 1 in the console, metrics.jsonl, trajectory files, group ids,
+    checkpoints and the plot; a held-out eval carries the steps done (0: before step 1)."""
+    import io
+
+    from agentfly_cli.train.telemetry import plot_figure, read_metrics
+
+    run_dir = tmp_path / "run"
+    config = make_config(
+        recipe,
+        "trainer.steps=3",
+        "trainer.save_every=1",
+        "trainer.keep_checkpoints=3",
+        "trainer.eval.every=2",
+        "trainer.eval.holdout=0.25",
+        "trainer.eval.n=2",
+    )
+    console = io.StringIO()
+    result = Trainer(config, run_dir=run_dir, console_file=console).fit()
+    text = console.getvalue()
+    assert [line.split(" |")[0] for line in text.splitlines() if line.startswith("step ")] == [
+        "step 1/3",
+        "step 2/3",
+        "step 3/3",
+    ]
+    evals = [line.split(" |")[0] for line in text.splitlines() if line.startswith("eval ")]
+    assert evals == ["eval before step 1", "eval after 2 steps", "eval after 3 steps"]
+    records = read_metrics(run_dir / "metrics.jsonl")
+    assert [r["step"] for r in records if "reward/mean" in r] == [1, 2, 3]
+    assert [r["step"] for r in records if "eval/reward_mean" in r] == [0, 2, 3]
+    assert [e["updates"] for e in result.evals] == [0, 2, 3]
+    files = sorted(p.name for p in (run_dir / "trajectories").iterdir())
+    assert files == [
+        "eval-000000.jsonl", "eval-000002.jsonl", "eval-000003.jsonl",
+        "step-000001.jsonl", "step-000002.jsonl", "step-000003.jsonl",
+    ]  # fmt: skip
+    from agentfly_cli.rollout.trajectory import read_trajectories
+
+    for step in (1, 2, 3):
+        groups = {
+            t.group_id for t in read_trajectories(run_dir / f"trajectories/step-{step:06d}.jsonl")
+        }
+        assert {g.split(":")[0] for g in groups} == {f"s{step}"}
+    assert CheckpointManager(run_dir).steps() == [1, 2, 3]
+    reward_axis = plot_figure(records).axes[0]
+    train_line, eval_line = reward_axis.get_lines()
+    assert list(train_line.get_xdata()) == [1, 2, 3]
+    assert list(eval_line.get_xdata()) == [0, 2, 3]
+    assert " kl " not in text  # no KL in this run: no kl column in the live bar
+
+
+def test_progress_inside_a_step_counts_chains_tokens_and_micro_batches(recipe, tmp_path):
+    from agentfly_cli.train.step_progress import StepProgress
+
+    class Recorder(StepProgress):
+        def __init__(self):
+            super().__init__()
+            self.ended = []
+
+        def end(self):
+            self.ended.append((self.step, self.phase, self.done, self.total, self.token_count()))
+            super().end()
+
+    config = make_config(recipe, "trainer.steps=2", "trainer.micro_batch_tokens=64")
+    trainer = Trainer(config, run_dir=tmp_path / "run", console=False)
+    trainer.progress = recorder = Recorder()
+    result = trainer.fit()
+    phases = [(step, phase) for step, phase, *_ in recorder.ended]
+    assert phases == [(1, "rollout"), (1, "train"), (2, "rollout"), (2, "train")]
+    for (_, _, done, total, tokens), metrics in zip(
+        recorder.ended[::2], result.history, strict=True
+    ):
+        assert done == total == 2 * 3  # tasks_per_step x n chains
+        assert tokens == metrics["tokens/sampled"] > 0
+    for _, _, done, total, tokens in recorder.ended[1::2]:
+        assert done == total > 1  # several micro-batches of at most 64 tokens
+        assert tokens > 0
+
+
+def test_the_update_runs_without_the_rollouts_stored_kv(recipe, tmp_path):
+    """The hf backend keeps each finished request's KV for the chain's next turn; with one
+    model for both, it goes before the update (it held up to 1.5 GB of SmolLM2 KV there)."""
+
+    class Probe(Trainer):
+        stored = []
+
+        def _prepare(self, trajectories, metrics):
+            self.stored.append(self.engine.backend._prefix.stored_tokens)
+            return super()._prepare(trajectories, metrics)
+
+    trainer = Probe(make_config(recipe, "trainer.steps=1"), run_dir=tmp_path / "run", console=False)
+    trainer.fit()
+    assert trainer.shared_model and trainer.stored == [0]
+
+
+def test_a_checkpoint_holds_the_model_weights_once(recipe, tmp_path):
+    """model/ has the weights; backend/ only optimizer, schedule and RNG (was: the weights
+    again, 3x the model's size instead of 2x for AdamW's two moments)."""
+    run_dir = tmp_path / "run"
+    Trainer(make_config(recipe, "trainer.steps=1"), run_dir=run_dir, console=False).fit()
+    folder = CheckpointManager(run_dir).path(1)
+    model_bytes = (folder / "model" / "model.safetensors").stat().st_size
+    state_bytes = (folder / "backend" / "train_state.pt").stat().st_size
+    assert state_bytes < 2.2 * model_bytes, (state_bytes, model_bytes)
+    state = torch.load(folder / "backend" / "train_state.pt", weights_only=True)
+    assert "model" not in state and state["weights_in"] == "../model"

@@ -121,6 +121,7 @@ class RolloutEngine:
         extra_stops = [i for i in chat.stop_token_ids(self.settings.stop) if i not in self._eot_ids]
         self._stop_ids = (*chat.eot_token_ids, *extra_stops)
         self._live: dict[int, _Chain] = {}  # chains running now, for live_states()
+        self.sampled_tokens = 0  # tokens sampled so far by all chains (for progress displays)
         self._invoke_options: dict[str, Any] = {}
         if self.settings.tool_timeout is not None:
             self._invoke_options["timeout"] = self.settings.tool_timeout
@@ -265,6 +266,7 @@ class RolloutEngine:
         generation = await self.backend.generate(trajectory.ids, params, context)
         trajectory.timings["generate_s"] += time.perf_counter() - started
         ids = list(generation.token_ids)
+        self.sampled_tokens += len(ids)
         trajectory.token_exact = trajectory.token_exact and generation.token_exact
         trajectory.append(
             "assistant",

@@ -86,8 +86,8 @@ class CheckpointManager:
             shutil.rmtree(temp, ignore_errors=True)
             temp.mkdir(parents=True)
         backend.barrier()
-        backend.save_checkpoint(temp / "backend")
         backend.save_model(temp / "model")
+        backend.save_checkpoint(temp / "backend", model_folder=temp / "model")
         torch.save(rng_state(), temp / f"rng-rank{backend.rank}.pt")  # each rank its own
         if backend.is_main:
             if tokenizer is not None:

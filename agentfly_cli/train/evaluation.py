@@ -3,7 +3,8 @@
 The eval set is either a seeded ``holdout`` fraction of the training rows (removed from
 training) or rows of ``eval.path`` (default: ``data.path``) chosen by ``eval.where``. The
 trainer rolls them out with the current policy before the first step, every ``eval.every``
-steps and after the last, and logs ``eval/*`` metrics under the number of updates done.
+steps and after the last, and logs ``eval/*`` metrics under the number of steps done (0:
+before the first step; steps are numbered from 1).
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from typing import Any
 from agentfly_cli.errors import UserError
 from agentfly_cli.rollout.trajectory import Trajectory
 from agentfly_cli.train.settings import EvalSettings
+
+#: The held-out rows of a run, written into its folder for ``agentfly eval --data``.
+EVAL_TASKS_FILE = "eval_tasks.jsonl"
 
 
 @dataclass
@@ -103,9 +107,11 @@ def eval_metrics(rows: Sequence[Mapping[str, Any]], seconds: float) -> dict[str,
     return out
 
 
-def format_eval_line(updates: int, metrics: Mapping[str, float]) -> str:
-    """One plain line, e.g. ``eval after 5 steps | reward 0.312 | pass@1 0.300 | 16 tasks 9.1s``."""
-    parts = [f"eval after {updates} step{'s' if updates != 1 else ''}"]
+def format_eval_line(steps_done: int, metrics: Mapping[str, float]) -> str:
+    """One plain line, e.g. ``eval after 5 steps | reward 0.312 | pass@1 0.300 | 16 tasks 9.1s``
+    (``eval before step 1 | ...`` for the eval before training)."""
+    done = f"after {steps_done} step{'s' if steps_done != 1 else ''}"
+    parts = [f"eval {done}" if steps_done else "eval before step 1"]
     if "eval/reward_mean" in metrics:
         parts.append(f"reward {metrics['eval/reward_mean']:.3f}")
     for key in sorted((k for k in metrics if k.startswith("eval/pass@")), key=_k_order):
@@ -117,3 +123,64 @@ def format_eval_line(updates: int, metrics: Mapping[str, float]) -> str:
 
 def _k_order(key: str) -> int:
     return int(key.rsplit("@", 1)[1])
+
+
+class HeldOutEval:
+    """When and how a training run evaluates its held-out tasks.
+
+    Steps are numbered from 1; an eval is logged under the number of steps done: 0 before
+    the first step, then every ``every`` steps, and after the last step.
+    """
+
+    def __init__(self, split: EvalSplit, settings: EvalSettings, total_steps: int) -> None:
+        self.split = split
+        self.settings = settings
+        self.total_steps = total_steps
+
+    def due(self, steps_done: int) -> bool:
+        """Evaluate after ``steps_done`` steps? (0: before the first)."""
+        every = self.settings.every
+        return bool(every) and (steps_done % every == 0 or steps_done == self.total_steps)
+
+    def write_tasks(self, run_dir: Path) -> None:
+        """``RUN_DIR/eval_tasks.jsonl``: the held-out rows, for ``agentfly eval --data``."""
+        run_dir.mkdir(parents=True, exist_ok=True)
+        lines = (json.dumps(row, ensure_ascii=False, default=str) for row in self.split.eval)
+        (run_dir / EVAL_TASKS_FILE).write_text("".join(line + "\n" for line in lines))
+
+    async def run(self, steps_done: int, *, engine: Any, train: Any, progress: Any) -> tuple:
+        """Roll out this rank's share of the eval tasks with the current policy. Returns
+        (``eval/*`` metrics merged over the ranks, this rank's trajectories)."""
+        import time
+
+        from agentfly_cli.train import distributed
+
+        tasks = self.split.eval
+        n = self.settings.n
+        share = -(-len(tasks) // train.world_size)
+        start = train.rank * share
+        mine = tasks[start : start + share]
+        started = time.perf_counter()
+        train.model.eval()
+        trajectories: list[Trajectory] = []
+        if mine:
+            base = engine.sampled_tokens
+            progress.begin(
+                "eval",
+                step=steps_done,
+                total=len(mine) * n,
+                unit="chains",
+                live_tokens=lambda: engine.sampled_tokens - base,
+            )
+            try:
+                trajectories = await engine.run(
+                    mine,
+                    batch_id=f"eval{steps_done}",
+                    task_offset=start,
+                    n=n,
+                    on_finish=lambda _: progress.advance(),
+                )
+            finally:
+                progress.end()
+        results = distributed.gather_lists(task_results(trajectories, self.settings.threshold))
+        return eval_metrics(results, time.perf_counter() - started), trajectories

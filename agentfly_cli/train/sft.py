@@ -304,7 +304,7 @@ def _train(runner: SFTRunner, rows, held_rows, settings: SFTSettings, telemetry)
             metrics["sft/epoch"] = float(epoch + 1)
             metrics["time/train_s"] = seconds
             metrics["sft/trained_tokens_per_s"] = metrics["train/trained_tokens"] / seconds
-            telemetry.log(len(history), metrics)
+            telemetry.log(len(history) + 1, metrics)  # steps are numbered from 1
             history.append(metrics)
     after = runner.mean_loss(held_rows)
     if after is not None:

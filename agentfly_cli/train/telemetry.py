@@ -1,5 +1,7 @@
 """Training telemetry: fan per-step metrics out to JSONL, TensorBoard, W&B and the console.
 
+Steps are numbered from 1 everywhere (console, metrics.jsonl, plot): ``log(3, ...)`` records
+the third step. A record at step 0 is taken before the first step (an eval, a note).
 Heavy packages (torch, tensorboard, wandb, matplotlib) are imported only when used.
 """
 
@@ -17,8 +19,10 @@ from typing import IO, Any
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.text import Text
 
 from agentfly_cli.errors import UserError
+from agentfly_cli.train.step_progress import StepProgress
 
 SINKS = ("jsonl", "tensorboard", "wandb")
 METRICS_FILE = "metrics.jsonl"
@@ -47,6 +51,12 @@ BAR_FIELDS = (
     ("tok/s", ("throughput/tokens_per_s",), "{:.0f}"),
 )
 
+
+def training_bar_fields(*, kl: bool) -> tuple[tuple[str, tuple[str, ...], str], ...]:
+    """The live bar's fields for an RL run: no KL column when the run has no KL term."""
+    return tuple(f for f in BAR_FIELDS if kl or f[1] != KL_KEYS)
+
+
 # (title, keys tried in order) of the plot panels after the reward panel
 PLOT_PANELS = (
     ("SFT loss", ("sft/loss",)),
@@ -60,14 +70,31 @@ PLOT_PANELS = (
 )
 
 
+class _StepDisplay(Progress):
+    """The live display: the run's bar, and below it the running step's phase (rollout
+    chains, train micro-batches, ...) with its tokens and seconds."""
+
+    def __init__(self, *columns: Any, step_progress: StepProgress | None, **options: Any):
+        self.step_progress = step_progress  # set first: Progress renders while it is built
+        super().__init__(*columns, **options)
+
+    def get_renderables(self):  # Rich's documented hook for what a Progress shows
+        yield self.make_tasks_table(self.tasks)
+        line = self.step_progress.line() if self.step_progress is not None else ""
+        if line:
+            yield Text(f"  {line}")
+
+
 class Telemetry:
     """Log one dict of scalar metrics per training step to every configured sink.
 
-    ``run_dir/metrics.jsonl`` gets one ``{"step", "time", **metrics}`` line per step. On
-    construction, lines with ``step >= start_step`` already in the file are dropped, so a
-    resumed run (``start_step`` = first step it will log) has no duplicate steps and a fresh
-    run (``start_step=0``) starts an empty file. Use it as a context manager so that
-    :meth:`close` (which also writes ``run_dir/plot.png``) runs on errors and Ctrl-C too.
+    ``run_dir/metrics.jsonl`` gets one ``{"step", "time", **metrics}`` line per step (steps
+    numbered from 1). On construction, lines with ``step >= start_step`` already in the file
+    are dropped, so a resumed run (``start_step`` = first step it will log: the checkpoint's
+    step + 1) has no duplicate steps and a fresh run (``start_step=0``) starts an empty file.
+    Use it as a context manager so that :meth:`close` (which also writes
+    ``run_dir/plot.png``) runs on errors and Ctrl-C too. ``step_progress`` is shown under
+    the bar while a step runs.
     """
 
     def __init__(
@@ -83,6 +110,7 @@ class Telemetry:
         start_step: int = 0,
         console_file: IO[str] | None = None,
         bar_fields: tuple[tuple[str, tuple[str, ...], str], ...] = BAR_FIELDS,
+        step_progress: StepProgress | None = None,
     ) -> None:
         self.sinks = tuple(dict.fromkeys(sinks))
         unknown = [s for s in self.sinks if s not in SINKS]
@@ -113,6 +141,7 @@ class Telemetry:
         self._progress: Progress | None = None
         self._task: Any = None
         self._bar_fields = bar_fields
+        self.step_progress = step_progress
 
         if config is not None:
             text = json.dumps(dict(config), indent=2, ensure_ascii=False, default=str)
@@ -152,23 +181,32 @@ class Telemetry:
             TextColumn(f"{label} {{task.fields[f{i}]}}")
             for i, (label, _, _) in enumerate(self._bar_fields)
         ]
-        self._progress = Progress(
-            TextColumn("step {task.completed:.0f}/{task.fields[total_text]}"),
+        self._progress = _StepDisplay(
+            TextColumn("steps done {task.completed:.0f}/{task.fields[total_text]}"),
             BarColumn(),
             *fields,
             TimeRemainingColumn(),
             console=self._console,
             auto_refresh=self._console.is_terminal,
+            step_progress=self.step_progress,
         )
         total = self.total_steps
         self._task = self._progress.add_task(
             "train",
             total=total,
-            completed=self.start_step,
+            completed=max(self.start_step - 1, 0),
             total_text="?" if total is None else str(total),
             **{f"f{i}": "-" for i in range(len(self._bar_fields))},
         )
         self._progress.start()
+
+    def live_text(self, width: int = 100) -> str:
+        """What the live display shows now, as plain text (empty with the console off)."""
+        if self._progress is None:
+            return ""
+        out = io.StringIO()
+        Console(file=out, width=width, color_system=None).print(self._progress.get_renderable())
+        return out.getvalue()
 
     def warn(self, message: str) -> None:
         """Print one warning line to the console (stderr when the console is off)."""
@@ -225,7 +263,7 @@ class Telemetry:
                 f"f{i}": _pick(scalars, keys, fmt)
                 for i, (_, keys, fmt) in enumerate(self._bar_fields)
             }
-            self._progress.update(self._task, completed=step + 1, **values)
+            self._progress.update(self._task, completed=step, **values)
 
     # -- closing ---------------------------------------------------------------------------------
     def close(self, *, plot: bool = True) -> None:
@@ -304,8 +342,8 @@ def _pick(metrics: Mapping[str, Any], keys: Iterable[str], fmt: str) -> str:
 
 
 def format_step_line(step: int, total_steps: int | None, metrics: Mapping[str, Any]) -> str:
-    """One compact, plain-text line per step (absent metrics are left out)."""
-    parts = [f"step {step + 1}/{total_steps if total_steps is not None else '?'}"]
+    """One compact, plain-text line per step (numbered from 1; absent metrics left out)."""
+    parts = [f"step {step}/{total_steps if total_steps is not None else '?'}"]
     for label, keys, fmt in STEP_LINE_FIELDS:
         text = _pick(metrics, keys, fmt)
         if text != "-":
@@ -347,13 +385,23 @@ def plot_metrics(
     losses, then KL, entropy, grad norm, tool error rate, assistant turns and
     tokens/s, each only when the metric was logged.
     """
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
     if isinstance(metrics, (str, os.PathLike)):
         records = read_metrics(metrics)
     else:
         records = [dict(r) for r in metrics if isinstance(r.get("step"), int)]
+    fig = plot_figure(records)
+    out_png = Path(out_png)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    out_png.write_bytes(buffer.getvalue())
+    return out_png
+
+
+def plot_figure(records: list[dict[str, Any]]) -> Any:
+    """The matplotlib Figure that :func:`plot_metrics` saves; x is the step of each record."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     panels = [(title, series) for title, keys in PLOT_PANELS for series in _first(records, keys)]
     steps, mean = _series(records, "reward/mean")
     held_steps, held = _series(records, "eval/reward_mean")
@@ -386,7 +434,7 @@ def plot_metrics(
                 for s, m in zip(steps, mean, strict=True)
             ]
             ax.fill_between(steps, low, high, color="tab:blue", alpha=0.2, linewidth=0)
-    if with_reward and held_steps:  # held-out eval, drawn at the number of updates done
+    if with_reward and held_steps:  # held-out eval, drawn at the steps done (0: before step 1)
         ax.plot(held_steps, held, color="tab:green", marker="s", label="held-out eval")
         ax.legend(loc="best", fontsize="small")
     if with_reward and not steps and not held_steps:
@@ -399,12 +447,7 @@ def plot_metrics(
         ax.grid(alpha=0.3)
     for ax in axes[count:]:
         ax.set_visible(False)
-
-    out_png = Path(out_png)
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
-    out_png.write_bytes(buffer.getvalue())
-    return out_png
+    return fig
 
 
 def _first(records: list[dict[str, Any]], keys: Iterable[str]) -> list[tuple[list, list]]:

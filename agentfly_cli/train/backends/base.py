@@ -29,6 +29,7 @@ __all__ = [
     "TrainBackendConfig",
     "atomic_torch_save",
     "iter_weights",
+    "load_hf_weights",
     "lr_factor",
     "resolve_dtype",
 ]
@@ -210,15 +211,43 @@ def write_hf_folder(folder: str | Path, weights: dict, model: Any) -> None:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     skip = tied_names(model)
-    # Own copies: ZeRO keeps parameters as views of flat buffers, which safetensors refuses.
-    state = {
-        name: t.detach().to("cpu", copy=True) for name, t in weights.items() if name not in skip
-    }
+    state = {name: _writable(t) for name, t in weights.items() if name not in skip}
     save_torch_state_dict(state, str(folder), max_shard_size="5GB", metadata={"format": "pt"})
     config, generation = base_config(model)
     config.save_pretrained(str(folder))
     if generation is not None:
         generation.save_pretrained(str(folder))
+
+
+def _writable(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` as safetensors writes it: on the CPU, owning its whole storage. Only the
+    tensors that are not get copied (ZeRO keeps parameters as views of flat buffers, which
+    safetensors refuses); a copy of every weight would add the model's size to peak memory."""
+    tensor = tensor.detach()
+    owns_storage = (
+        tensor.is_contiguous()
+        and tensor.storage_offset() == 0
+        and tensor.untyped_storage().nbytes() == tensor.numel() * tensor.element_size()
+    )
+    if tensor.device.type == "cpu" and owns_storage:
+        return tensor
+    return tensor.to("cpu", copy=True).contiguous()
+
+
+def load_hf_weights(folder: str | Path, device: Any = "cpu") -> dict[str, torch.Tensor]:
+    """The weights of a Hugging Face folder's safetensors files (one or sharded), by name."""
+    from safetensors.torch import load_file
+
+    files = sorted(Path(folder).glob("*.safetensors"))
+    if not files:
+        raise UserError(
+            f"no model weights (*.safetensors) in {str(folder)!r}: the checkpoint is "
+            "incomplete; resume from an earlier one or start without --resume"
+        )
+    weights: dict[str, torch.Tensor] = {}
+    for file in files:
+        weights.update(load_file(str(file), device=str(device)))
+    return weights
 
 
 def atomic_torch_save(obj: Any, path: str | Path) -> None:
@@ -292,8 +321,14 @@ class TrainBackend(abc.ABC):
         """Load what ``state_dict`` returned."""
 
     @abc.abstractmethod
-    def save_checkpoint(self, folder: str | Path) -> None:
-        """Write everything needed to resume (weights, optimizer, schedule) into ``folder``."""
+    def save_checkpoint(
+        self, folder: str | Path, *, model_folder: str | Path | None = None
+    ) -> None:
+        """Write everything needed to resume (weights, optimizer, schedule) into ``folder``.
+
+        ``model_folder``: where :meth:`save_model` has just written the model; a backend may
+        read the weights back from there instead of storing them twice.
+        """
 
     @abc.abstractmethod
     def load_checkpoint(self, folder: str | Path) -> None:

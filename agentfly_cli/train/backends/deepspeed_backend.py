@@ -284,8 +284,11 @@ class DeepSpeedBackend(TrainBackend):
         """Not available: use load_checkpoint."""
         raise NotImplementedError("the deepspeed backend resumes with load_checkpoint(folder)")
 
-    def save_checkpoint(self, folder: str | Path) -> None:
-        """``engine.save_checkpoint`` into ``folder/deepspeed`` (every rank must call it).
+    def save_checkpoint(
+        self, folder: str | Path, *, model_folder: str | Path | None = None
+    ) -> None:
+        """``engine.save_checkpoint`` into ``folder/deepspeed`` (every rank must call it);
+        ``model_folder`` is not used (ZeRO's partitions hold the weights).
 
         The ranks write a temp tag first; rank 0 renames it once all are done.
         """

@@ -7,6 +7,7 @@ masters and copies them back into the model (what DeepSpeed's bf16 mode does too
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,17 +19,21 @@ from agentfly_cli.train.backends.base import (
     atomic_torch_save,
     iter_weights,
     load_hf_model,
+    load_hf_weights,
     make_scheduler,
     prepare_model,
     resolve_device,
     resolve_dtype,
     strip_prefix,
+    tied_names,
     trainable_parameters,
     write_hf_folder,
 )
 
 CHECKPOINT_FILE = "train_state.pt"
-CHECKPOINT_FORMAT = "agentfly-torch-backend/1"
+CHECKPOINT_FORMAT = "agentfly-torch-backend/2"
+#: /1 stored the full model state in every checkpoint; /2 leaves out what the model folder holds
+READABLE_FORMATS = ("agentfly-torch-backend/1", CHECKPOINT_FORMAT)
 
 
 def make_adamw(params: list, config: TrainBackendConfig):
@@ -148,11 +153,20 @@ class TorchBackend(TrainBackend):
         """``model.state_dict()`` (the PEFT model's, adapters included, under LoRA)."""
         return self.model.state_dict()
 
-    def load_model_state(self, state: dict[str, Any]) -> None:
-        """Load weights from ``model_state``; the float32 masters follow them."""
+    def load_model_state(self, state: dict[str, Any], *, tied: set[str] = frozenset()) -> None:
+        """Load weights from ``model_state``; the float32 masters follow them. Names in
+        ``tied`` (aliases of another weight, left out of HF folders) may be missing."""
         import torch
 
-        self.model.load_state_dict(state, strict=True)
+        if tied:
+            missing, unexpected = self.model.load_state_dict(state, strict=False)
+            if set(missing) - set(tied) or unexpected:
+                raise UserError(
+                    f"the checkpoint's model weights do not fit this model (missing "
+                    f"{sorted(set(missing) - set(tied))[:3]}, unexpected {unexpected[:3]})"
+                )
+        else:
+            self.model.load_state_dict(state, strict=True)
         with torch.no_grad():
             for param, master in self._pairs:
                 master.copy_(param)
@@ -182,14 +196,28 @@ class TorchBackend(TrainBackend):
                 master.copy_(saved)
                 param.copy_(master)
 
-    def save_checkpoint(self, folder: str | Path) -> None:
-        """``folder/train_state.pt``: model state, optimizer and schedule (atomic write)."""
-        state = {
-            "format": CHECKPOINT_FORMAT,
-            "model": self.model_state(),
-            "train": self.state_dict(),
-        }
-        atomic_torch_save(state, Path(folder) / CHECKPOINT_FILE)
+    def save_checkpoint(
+        self, folder: str | Path, *, model_folder: str | Path | None = None
+    ) -> None:
+        """``folder/train_state.pt``: optimizer, schedule and the weights needed to resume
+        (atomic write).
+
+        Under LoRA that is the adapters only (the frozen base comes from the model path).
+        Full fine-tuning with ``model_folder`` (what :meth:`save_model` wrote, exact in the
+        model's dtype) stores no weights: they are read back from there, so a checkpoint
+        holds the model once. Without it the weights are stored here too.
+        """
+        folder = Path(folder)
+        state: dict[str, Any] = {"format": CHECKPOINT_FORMAT, "train": self.state_dict()}
+        if self.lora:
+            state["trainable"] = {
+                name: p.detach() for name, p in self.model.named_parameters() if p.requires_grad
+            }
+        elif model_folder is not None:
+            state["weights_in"] = os.path.relpath(model_folder, folder)
+        else:
+            state["model"] = self.model_state()
+        atomic_torch_save(state, folder / CHECKPOINT_FILE)
 
     def load_checkpoint(self, folder: str | Path) -> None:
         """Resume from ``save_checkpoint``'s folder."""
@@ -199,10 +227,33 @@ class TorchBackend(TrainBackend):
         if not path.is_file():
             raise UserError(f"no train backend checkpoint at {str(path)!r}")
         state = torch.load(path, map_location=self.device, weights_only=True)
-        if state.get("format") != CHECKPOINT_FORMAT:
+        if state.get("format") not in READABLE_FORMATS:
             raise UserError(f"{str(path)!r} is not a torch train backend checkpoint")
-        self.load_model_state(state["model"])
+        if "model" in state:
+            self.load_model_state(state["model"])
+        elif "trainable" in state:
+            self._load_trainable(state["trainable"], path)
+        else:
+            weights = load_hf_weights(Path(folder) / state["weights_in"], self.device)
+            self.load_model_state(weights, tied=tied_names(self.model))
         self.load_state_dict(state["train"])
+
+    def _load_trainable(self, tensors: dict[str, Any], path: Path) -> None:
+        """Load the trained (adapter) tensors of a LoRA checkpoint into the model."""
+        import torch
+
+        params = dict(self.model.named_parameters())
+        wanted = {name for name, p in params.items() if p.requires_grad}
+        if set(tensors) != wanted:
+            raise UserError(
+                f"{str(path)!r} holds other trainable tensors than this model has: was it "
+                "saved with another LoRA setting?"
+            )
+        with torch.no_grad():
+            for name, tensor in tensors.items():
+                params[name].copy_(tensor)
+            for param, master in self._pairs:
+                master.copy_(param)
 
     def save_model(self, folder: str | Path) -> None:
         """A Hugging Face model folder; under LoRA the merged full model."""

@@ -1,0 +1,411 @@
+"""The update phase of a training step: trajectories into tensors, old and reference
+logprobs, advantages, then epochs x mini-batches of optimizer steps over micro-batches.
+
+:class:`PolicyUpdate` holds what the update needs (the train backend, the reference model, a
+value head for GAE) and reports its progress (micro-batches done of the total) to a
+:class:`~agentfly_cli.train.step_progress.StepProgress`.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from agentfly_cli.config import RunConfig
+from agentfly_cli.errors import UserError
+from agentfly_cli.rollout.trajectory import Trajectory
+from agentfly_cli.train import algorithms as alg
+from agentfly_cli.train import distributed
+from agentfly_cli.train.batch import (
+    MicroBatch,
+    TrainRow,
+    plan_micro_batches,
+    scatter_rows,
+    token_matrix,
+    trained_mask,
+)
+from agentfly_cli.train.logprobs import SequenceBatch, sequence_logprobs
+from agentfly_cli.train.step_progress import StepProgress
+
+
+@dataclass
+class StepBatch:
+    """One step's trajectories as training tensors."""
+
+    rows: list[TrainRow]
+    mask: torch.Tensor  # [B, L] trained tokens
+    rewards: torch.Tensor  # [B]
+    sampler_logprobs: torch.Tensor  # [B, L] (0 where the backend gave none)
+    has_sampler_logprobs: bool
+    old_logprobs: torch.Tensor | None = None
+    ref_logprobs: torch.Tensor | None = None
+    old_values: torch.Tensor | None = None
+    advantages: torch.Tensor | None = None
+    returns: torch.Tensor | None = None
+
+
+class ValueHead(torch.nn.Module):
+    """A scalar value per position on top of the policy's last hidden state (PPO/GAE)."""
+
+    def __init__(self, hidden_size: int) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(hidden_size, 1)
+        torch.nn.init.zeros_(self.proj.weight)
+        torch.nn.init.zeros_(self.proj.bias)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.proj(hidden.float()).squeeze(-1)
+
+
+class Tally:
+    """Weighted means of per-micro-batch metrics; losses summed per optimizer step."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, float] = {}
+        self.weights: dict[str, float] = {}
+
+    def add(self, name: str, value: float, weight: float = 1) -> None:
+        self.sums[name] = self.sums.get(name, 0.0) + float(value) * weight
+        self.weights[name] = self.weights.get(name, 0.0) + weight
+
+    def means(self, *, per_step: tuple[str, ...], steps: int) -> dict[str, float]:
+        out = {name: total / max(self.weights[name], 1e-12) for name, total in self.sums.items()}
+        for name in per_step:  # micro-batch losses add up to the step's loss
+            if name in self.sums:
+                out[name] = self.sums[name] / max(steps, 1)
+        return out
+
+
+class PolicyUpdate:
+    """Old/reference logprobs, advantages and the optimizer steps of one training step."""
+
+    def __init__(
+        self,
+        config: RunConfig,
+        train: Any,
+        *,
+        eot_token_id: int,
+        reference: Any,
+        share_prefix: bool,
+        chunk: int,
+        temperature: float,
+        progress: StepProgress | None = None,
+    ) -> None:
+        self.config = config
+        self.settings = config.trainer
+        self.algo = config.trainer.algorithm
+        self.train = train
+        self.eot_token_id = eot_token_id
+        self.reference = reference
+        self.share_prefix = share_prefix
+        self.chunk = chunk
+        self.temperature = temperature
+        self.progress = progress or StepProgress()
+        self.advantage_fn = alg.get_advantage_estimator(self.algo.advantage)
+        self.policy_loss_fn = alg.get_policy_loss(self.algo.policy_loss)
+        self.value_head = None
+        self.value_optimizer = None
+        if self.algo.advantage == "gae":
+            hidden = train.unwrapped().config.hidden_size
+            self.value_head = ValueHead(hidden).to(train.device)
+            self.value_optimizer = torch.optim.AdamW(
+                self.value_head.parameters(), lr=config.trainer.backend.lr * 10
+            )
+
+    def prepare(self, trajectories: list[Trajectory], metrics: dict[str, float]):
+        usable = []
+        for t in trajectories:
+            if not t.token_exact or sum(t.loss_mask) == 0:
+                continue
+            if t.reward is None:
+                raise UserError(
+                    "trajectories have no reward: set `reward:` in the recipe (e.g. exact_match)"
+                )
+            usable.append(t)
+        metrics["train/dropped_unusable"] = float(len(trajectories) - len(usable))
+        if self.algo.dynamic_sampling and usable:
+            rewards = [t.reward for t in usable]
+            keep = alg.zero_variance_groups(rewards, [t.group_id for t in usable])
+            metrics["train/dropped_zero_variance"] = float(len(usable) - sum(keep))
+            usable = [t for t, k in zip(usable, keep, strict=True) if k]
+        metrics["train/trajectories"] = float(len(usable))
+        if not usable:
+            if distributed.active():
+                self._reference_pass(None)  # the other ranks' passes need this one's
+            return None
+        rows = [TrainRow(t.ids, t.loss_mask, t.group_id) for t in usable]
+        sampler = [[lp for lp, m in zip(t.logprobs, t.loss_mask, strict=True) if m] for t in usable]
+        has_sampler = all(lp is not None for row in sampler for lp in row)
+        sampler = [[0.0 if lp is None else lp for lp in row] for row in sampler]
+        mask = trained_mask(rows)
+        batch = StepBatch(
+            rows,
+            mask,
+            torch.tensor([float(t.reward) for t in usable]),
+            token_matrix(rows, sampler),
+            has_sampler,
+        )
+        self._reference_pass(batch)
+        self._advantages(batch)
+        return batch
+
+    def _needs_old_pass(self) -> bool:
+        settings, algo = self.settings, self.algo
+        return (
+            settings.epochs * settings.mini_batches > 1
+            or algo.advantage == "gae"
+            or (algo.kl_coef > 0 and algo.kl_in_reward)
+        )
+
+    def _plans(self, batch: StepBatch | None, indices) -> list[MicroBatch | None]:
+        """Micro-batches of ``indices``; with several ranks, padded with None (an idle pass)
+        up to the largest count of any rank, since ZeRO passes are collective."""
+        indices = list(indices)
+        plans: list[MicroBatch | None] = []
+        if batch is not None and indices:
+            planned = plan_micro_batches(
+                batch.rows,
+                indices,
+                max_tokens=self.settings.micro_batch_tokens,
+                share_prefix=self.share_prefix,
+            )
+            plans = [p.to(self.train.device) for p in planned]
+        return plans + [None] * (distributed.agree_max(len(plans)) - len(plans))
+
+    def _policy_logprobs(self, batch: SequenceBatch, **options: Any):
+        """:func:`sequence_logprobs` of the policy; with several ranks, every rank makes the
+        same number of output-head calls (ZeRO-3 gathers weights in each)."""
+        chunks = None
+        if distributed.active():
+            trained = int(batch.target_mask.sum().item())
+            chunks = distributed.agree_max(max(1, math.ceil(trained / self.chunk)))
+        return sequence_logprobs(
+            self.train.model,
+            batch,
+            chunk_size=self.chunk,
+            num_chunks=chunks,
+            temperature=self.temperature,
+            **options,
+        )
+
+    def _idle_pass(self, *, backward: bool) -> None:
+        """A zero-weight pass over one token: keeps this rank in step with busier ranks."""
+        token = torch.tensor([[self.eot_token_id]], device=self.train.device)
+        one = SequenceBatch.unshared(token, torch.ones_like(token), token, token > -1)
+        stats = self._policy_logprobs(one, return_hidden=self.value_head is not None)
+        if backward:
+            loss = stats.logprobs.sum() * 0.0
+            if self.value_head is not None:
+                loss = loss + self.value_head(stats.hidden).sum() * 0.0
+            self.train.backward(loss)
+
+    @torch.no_grad()
+    def _reference_pass(self, batch: StepBatch | None) -> None:
+        """Old-policy logprobs and values, and reference logprobs, where the algorithm needs
+        them, in no-grad forward passes over the whole batch."""
+        need_old = self._needs_old_pass()
+        if not need_old and self.reference is None:
+            return
+        self.train.model.eval()
+        plans = self._plans(batch, range(len(batch.rows)) if batch is not None else [])
+        progress = self.progress
+        progress.begin("logprobs", step=progress.step, total=len(plans), unit="micro-batches")
+        if batch is None:
+            for _ in plans:
+                if need_old:
+                    self._idle_pass(backward=False)
+                progress.advance()
+            progress.end()
+            return
+        width = batch.mask.shape[1]
+        old = torch.zeros_like(batch.mask)
+        ref = torch.zeros_like(batch.mask)
+        values = torch.zeros_like(batch.mask)
+        for plan in plans:
+            if plan is None:
+                if need_old:
+                    self._idle_pass(backward=False)
+                progress.advance()
+                continue
+            sub = [batch.rows[i] for i in plan.rows]
+            index = torch.tensor(plan.rows)
+            if need_old:
+                stats = self._policy_logprobs(plan.batch, return_hidden=self.value_head is not None)
+                old[index] = scatter_rows(stats.logprobs.cpu(), sub, width)
+                if self.value_head is not None:
+                    v = self.value_head(stats.hidden).cpu()
+                    values[index] = scatter_rows(v, sub, width)
+            if self.reference is not None:
+                stats = sequence_logprobs(
+                    self.reference, plan.batch, chunk_size=self.chunk, temperature=self.temperature
+                )
+                ref[index] = scatter_rows(stats.logprobs.cpu(), sub, width)
+            progress.advance(tokens=plan.batch.num_real_tokens)
+        progress.end()
+        if need_old:
+            batch.old_logprobs = old
+        if self.value_head is not None:
+            batch.old_values = values
+        if self.reference is not None:
+            batch.ref_logprobs = ref
+
+    def _advantages(self, batch: StepBatch) -> None:
+        token_rewards = None
+        if self.reference is not None and self.algo.kl_in_reward:
+            from agentfly_cli.train import losses
+
+            token_rewards = losses.kl_token_rewards(
+                batch.old_logprobs, batch.ref_logprobs, batch.mask, self.algo
+            )
+        data = alg.AdvantageInput(
+            rewards=batch.rewards,
+            mask=batch.mask,
+            group_ids=[r.group for r in batch.rows],
+            values=batch.old_values,
+            token_rewards=token_rewards,
+        )
+        out = self.advantage_fn(data, self.algo)
+        batch.advantages = out.advantages * batch.mask
+        batch.returns = out.returns
+
+    # ---- the update --------------------------------------------------------------------------
+    def optimize(self, step: int, batch: StepBatch | None) -> dict[str, float]:
+        """Epochs x mini-batches of optimizer steps over the batch (None: this rank has no
+        rows this step and only keeps in step with the others)."""
+        settings = self.settings
+        rng = random.Random(f"{settings.seed}:minibatch:{step}")
+        tally = Tally()
+        self.train.model.train()
+        rows = len(batch.rows) if batch is not None else 0
+        schedule = []  # (indices, micro-batch plans) of each optimizer step, planned first
+        for _ in range(settings.epochs):
+            order = list(range(rows))
+            if settings.epochs * settings.mini_batches > 1:
+                rng.shuffle(order)
+            size = max(1, math.ceil(rows / settings.mini_batches))
+            for part in range(settings.mini_batches):
+                indices = order[part * size : (part + 1) * size]
+                plans = self._plans(batch, indices)
+                if plans:  # else every rank agrees: nothing left for this mini-batch
+                    schedule.append((indices, plans))
+        progress = self.progress
+        progress.begin(
+            "train", step=step, total=sum(len(plans) for _, plans in schedule), unit="micro-batches"
+        )
+        optimizer_steps = 0
+        for indices, plans in schedule:
+            # Normalisers over the whole mini-batch, every rank's part of it: each rank's
+            # loss is scaled by the world size since DeepSpeed averages the gradients.
+            local_tokens = int(batch.mask[indices].sum().item()) if indices else 0
+            num_tokens = distributed.all_sum(local_tokens)
+            num_seqs = distributed.all_sum(len(indices))
+            for plan in plans:
+                if plan is None:
+                    self._idle_pass(backward=True)
+                    progress.advance()
+                    continue
+                padded = plan.batch.num_tokens
+                real = plan.batch.num_real_tokens
+                tally.add("train/padding_fraction", 1 - real / padded, padded)
+                loss = self._micro_loss(batch, plan, num_tokens, num_seqs, tally)
+                self.train.backward(loss * self.train.world_size)
+                progress.advance(tokens=real)
+            grad_norm = self.train.step()
+            tally.add("grad_norm", grad_norm)
+            if self.value_optimizer is not None:
+                self._value_step(grad_norm)
+            optimizer_steps += 1
+        progress.end()
+        out = tally.means(
+            per_step=("loss/policy", "loss/total", "loss/value"), steps=optimizer_steps
+        )
+        out["lr"] = self.train.current_lr()
+        out["train/optimizer_steps"] = float(optimizer_steps)
+        if batch is not None:
+            out["train/trained_tokens"] = float(batch.mask.sum().item())
+        return out
+
+    def _value_step(self, policy_grad_norm: float) -> None:
+        """The value head's update, skipped with the policy's when gradients are not finite."""
+        distributed.average_gradients(self.value_head.parameters())
+        if math.isfinite(policy_grad_norm):
+            max_norm = self.settings.backend.max_grad_norm
+            if max_norm is not None:
+                torch.nn.utils.clip_grad_norm_(self.value_head.parameters(), max_norm)
+            self.value_optimizer.step()
+        self.value_optimizer.zero_grad(set_to_none=True)
+
+    def _micro_loss(
+        self, batch: StepBatch, plan: MicroBatch, num_tokens: float, num_seqs: float, tally: Tally
+    ) -> torch.Tensor:
+        """The loss of one micro-batch, normalised by its mini-batch's token and row counts so
+        that the micro-batch losses sum to the mini-batch loss."""
+        from agentfly_cli.train import losses
+
+        algo = self.algo
+        width = batch.mask.shape[1]
+        index = torch.tensor(plan.rows)
+        sub = [batch.rows[i] for i in plan.rows]
+        stats = self._policy_logprobs(
+            plan.batch, entropy=True, return_hidden=self.value_head is not None
+        )
+        device = stats.logprobs.device
+
+        def rows_of(matrix: torch.Tensor) -> torch.Tensor:
+            return matrix[index].to(device)
+
+        logprobs = scatter_rows(stats.logprobs, sub, width)
+        mask = rows_of(batch.mask)
+        n_tok = int(mask.sum().item())
+        old = rows_of(batch.old_logprobs) if batch.old_logprobs is not None else logprobs.detach()
+        per_token, loss_metrics = self.policy_loss_fn(
+            logprobs, old, rows_of(batch.advantages), mask, algo
+        )
+        if algo.tis_cap is not None and batch.has_sampler_logprobs:
+            weights = losses.tis_weights(old, rows_of(batch.sampler_logprobs), mask, algo.tis_cap)
+            per_token = per_token * weights
+            tally.add("tis/weight_mean", float((weights * mask).sum()) / max(n_tok, 1), n_tok)
+
+        def aggregate(values: torch.Tensor) -> torch.Tensor:
+            return losses.aggregate_loss(
+                values,
+                mask,
+                algo.loss_agg,
+                num_tokens=num_tokens,
+                num_seqs=num_seqs,
+                seq_len_constant=algo.seq_len_constant or self.config.rollout.max_total_tokens,
+            )
+
+        policy = aggregate(per_token)
+        total = policy
+        entropy = scatter_rows(stats.entropy, sub, width)
+        tally.add("entropy", float((entropy.detach() * mask).sum()) / max(n_tok, 1), n_tok)
+        if algo.entropy_coef > 0:
+            total = total - algo.entropy_coef * aggregate(entropy)
+        if batch.ref_logprobs is not None:
+            kl = losses.kl_estimate(logprobs, rows_of(batch.ref_logprobs), algo.kl_kind)
+            tally.add("kl", float((kl.detach() * mask).sum()) / max(n_tok, 1), n_tok)
+            if not algo.kl_in_reward:
+                total = total + algo.kl_coef * aggregate(kl)
+        if self.value_head is not None:
+            values = scatter_rows(self.value_head(stats.hidden), sub, width)
+            value_loss = aggregate(
+                losses.value_loss(
+                    values,
+                    rows_of(batch.old_values),
+                    rows_of(batch.returns),
+                    mask,
+                    algo.value_clip,
+                )
+            )
+            total = total + algo.value_coef * value_loss
+            tally.add("loss/value", value_loss.item())
+        tally.add("loss/policy", policy.item())
+        tally.add("loss/total", total.item())
+        for key, value in loss_metrics.items():
+            tally.add(key, value, n_tok)
+        return total
