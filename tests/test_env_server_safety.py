@@ -250,3 +250,30 @@ def test_nan_infinite_or_negative_acquire_timeouts_are_error_replies(tmp_path, b
         await asyncio.wait_for(task, 10)
 
     asyncio.run(main())
+
+
+def test_env_down_still_signals_the_real_server_when_it_does_not_answer(state_dir):
+    """The identity check lets the recorded server itself be signalled: a frozen server that
+    cannot answer `shutdown` is killed."""
+    import signal
+
+    from agentfly_cli.envs.state import pid_alive, read_record, server_state
+
+    up = agentfly("env", "up", "scratchpad", "--json")
+    assert up.exit_code == 0, up.output
+    pid = json.loads(up.output)["pid"]
+    record = read_record("scratchpad")
+    assert record is not None and record.start_time is not None
+    assert "agentfly_cli.envs.server" in record.cmdline and server_state(record) == "alive"
+    os.kill(pid, signal.SIGSTOP)  # it cannot answer, nor act on SIGTERM
+    try:
+        down = agentfly("env", "down", "scratchpad", "--timeout", "0.5", "--json")
+        assert down.exit_code == 0, down.output
+        assert json.loads(down.output)[0]["stopped_by"] == "SIGKILL"
+        deadline = time.monotonic() + 5
+        while pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not pid_alive(pid)
+    finally:
+        if pid_alive(pid):
+            os.kill(pid, signal.SIGKILL)
