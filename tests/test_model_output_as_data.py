@@ -5,6 +5,7 @@ in one line and a non-zero exit code."""
 from __future__ import annotations
 
 import json
+import re
 import socket
 
 import pytest
@@ -211,7 +212,7 @@ def test_training_step_whose_chains_all_abort_is_one_line_and_exit_2(tiny_model,
     )  # fmt: skip
     assert result.exit_code == 2, result.output
     line = one_line_error(result)
-    assert "all 2 chains of the training step 0 aborted" in line
+    assert re.search(r"all 2 chains of the training step \d+ aborted", line), line
     assert "ChatTemplateError" in line and "--template" in line
 
 

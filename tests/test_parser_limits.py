@@ -14,7 +14,7 @@ from agentfly_cli.chat.parsed import strip_fence, strip_trailing_markers
 from tests.parse_timing import ParseClock
 
 PARSERS = ["hermes", "llama3_json", "mistral", "react", "line"]
-SECONDS = 2.5  # generous: the slowest linear parse of 1 MB takes 0.6 s here; quadratic ones 3 s+
+SECONDS = 2.0  # CPU seconds: a linear parse of 1 MB takes at most 0.7 s here, quadratic ones 3+
 KB = 1000
 
 
@@ -26,10 +26,9 @@ def clock():
 
 
 def check_bounded(clock: ParseClock, name: str, text: str, seconds: float = SECONDS) -> None:
-    outcome = clock.parse(name, text, cap=3 * seconds)
-    assert outcome is not None, (
-        f"{name} did not finish parsing {len(text):,} chars in {3 * seconds}s"
-    )
+    cap = max(15.0, 4 * seconds)  # wall clock, for a stall; the bound below is CPU time
+    outcome = clock.parse(name, text, cap=cap)
+    assert outcome is not None, f"{name} did not parse {len(text):,} chars in {cap:g}s"
     assert outcome.seconds < seconds, f"{name} took {outcome.seconds:.2f}s on {len(text):,} chars"
     assert outcome.names_ok and outcome.messages_ok
     # what calls and errors keep of the text is linear in it (each raw is a distinct span)
@@ -83,12 +82,17 @@ piece = st.sampled_from(FRAGMENTS) | st.text(max_size=6)
 
 
 @st.composite
-def adversarial_turns(draw) -> str:
-    """A short head, one unit repeated to 100 kB - 1 MB, and a short tail."""
+def adversarial_turns(draw) -> tuple[str, str, int, str]:
+    """A short head, one unit repeated to 100 kB - 1 MB, and a short tail (built by ``turn``, so
+    that a failing example prints short)."""
     head = "".join(draw(st.lists(piece, max_size=4)))
     unit = "".join(draw(st.lists(piece, min_size=1, max_size=6))) or "x"
     tail = "".join(draw(st.lists(piece, max_size=4)))
-    size = draw(st.integers(100 * KB, 1000 * KB))
+    return head, unit, draw(st.integers(100 * KB, 1000 * KB)), tail
+
+
+def turn(shape: tuple[str, str, int, str]) -> str:
+    head, unit, size, tail = shape
     return head + unit * (size // len(unit) + 1) + tail
 
 
@@ -99,19 +103,21 @@ def adversarial_turns(draw) -> str:
     derandomize=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-@given(text=adversarial_turns())
-@example(text=FENCED_NEWLINES)
-@example(text=NESTED_NAMES)
-@example(text="<tool_call>" + "[" * (500 * KB) + "</tool_call>")
-@example(text="<tool_call>" * (100 * KB))
-@example(text='<tool_call>{"name": "a", "arguments": {"x": NaN}}</tool_call>\n' * 10_000)
-@example(text="<tool_call>```json\n" + "\ud800\n" * (100 * KB))
-@example(text="Action: a\nAction Input: ```\n" + "\n" * (100 * KB))
-@example(text="CALC: 1\n" * (125 * KB))
-@example(text="ANSWER: 1" + "<|im_end|>\n" * 90_000)
-@example(text="[TOOL_CALLS][" + '{"name":"a"},' * 80_000 + '{"name":"a"}]')
-def test_every_parser_is_linear_on_large_adversarial_turns(clock, name, text):
-    check_bounded(clock, name, text)
+@given(shape=adversarial_turns())
+@example(shape=("<tool_call>```\n", "\n", 100 * KB, "x</tool_call>"))
+@example(shape=("", '{"name": ', 1000 * KB, ""))
+@example(shape=("<tool_call>", "[", 500 * KB, "</tool_call>"))
+@example(shape=("", "<tool_call>", 1000 * KB, ""))
+@example(
+    shape=("", '<tool_call>{"name": "a", "arguments": {"x": NaN}}</tool_call>\n', 500 * KB, "")
+)
+@example(shape=("<tool_call>```json\n", "\ud800\n", 200 * KB, ""))
+@example(shape=("Action: a\nAction Input: ```\n", "\n", 100 * KB, ""))
+@example(shape=("", "CALC: 1\n", 1000 * KB, ""))
+@example(shape=("ANSWER: 1", "<|im_end|>\n", 1000 * KB, ""))
+@example(shape=("[TOOL_CALLS][", '{"name":"a"},', 300 * KB, '{"name":"a"}]'))
+def test_every_parser_is_linear_on_large_adversarial_turns(clock, name, shape):
+    check_bounded(clock, name, turn(shape))
 
 
 # -- the linear helpers agree with what they replaced ----------------------------------------------
