@@ -642,7 +642,7 @@ class SlowParser:
 
         from agentfly_cli.chat.parsers import ParsedResponse
 
-        time.sleep(0.6)
+        time.sleep(1.5)
         return ParsedResponse(text)
 
 
@@ -674,4 +674,4 @@ def test_parsing_a_long_turn_does_not_block_the_event_loop(chat):
 
     trajectory, worst_gap = asyncio.run(main())
     assert trajectory.finish_reason == "answer"
-    assert worst_gap < 0.3, f"the event loop stalled for {worst_gap:.2f}s while parsing"
+    assert worst_gap < 0.75, f"the event loop stalled for {worst_gap:.2f}s while parsing"
