@@ -2,13 +2,14 @@
 trajectory's first cell answers.
 
 One cycle is what a pool does per trajectory: a few cells (the trajectory), ``reset(None)``
-(release), ``reset(task)`` (the next acquire), then the next trajectory's first cell. Two
-paces: back to back (no pause between trajectories: the worst case for a sandbox that is
-prepared in the background), and with a pause of ``--gap`` seconds before the next acquire
-(a model generating its first turn takes longer than that). Also the cold start and a small
-cell's round trip. Per sandbox mode (bubblewrap when it works, and the rlimit fallback).
+(release), ``reset(task)`` (the next acquire), then the next trajectory's first cell. Three
+paces: back to back (no pause anywhere: the worst case for a sandbox that is prepared in the
+background), with a pause of ``--gap`` seconds before the next acquire, and model-paced (a pause
+of ``--turn`` seconds before each cell, as a model writing its turns; the usual case in a
+rollout). Also the cold start and a small cell's round trip. Per sandbox mode (bubblewrap when
+it works, and the rlimit fallback).
 
-Run: python benchmarks/sandbox_bench.py [--cycles 40] [--gap 0.05] [--out FILE.json]
+Run: python benchmarks/sandbox_bench.py [--cycles 40] [--gap 0.05] [--turn 0.5] [--out FILE]
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import argparse
 import asyncio
 import json
 import platform
-import statistics
 import sys
 import time
 import warnings
@@ -46,7 +46,7 @@ async def timed(action) -> float:
     return time.perf_counter() - started
 
 
-async def cycles(mode: str, count: int, gap: float) -> dict:
+async def cycles(mode: str, count: int, gap: float, turn: float = 0.0) -> dict:
     env = PythonSandboxEnv(sandbox=mode)
     await env.start()
     await env.reset({})
@@ -54,6 +54,7 @@ async def cycles(mode: str, count: int, gap: float) -> dict:
     try:
         for _ in range(count):
             for code in TRAJECTORY:
+                await asyncio.sleep(turn)
                 await env.step(code)
             started = time.perf_counter()
             resets.append(await timed(env.reset(None)) + await timed(env.reset({})))
@@ -83,19 +84,21 @@ async def basics(mode: str) -> dict:
     return {"cold_start": summary(starts), "cell": summary(cells), "mode": env.mode}
 
 
-async def main(count: int, gap: float) -> dict:
+async def main(count: int, gap: float, turn: float) -> dict:
     modes = ["none"] if bwrap_problem() else ["bwrap", "none"]
     results: dict = {
         "benchmark": "sandbox_bench",
         "machine": {"python": platform.python_version(), "platform": platform.platform()},
         "cycles": count,
         "gap_s": gap,
+        "turn_s": turn,
     }
     for mode in modes:
         results[mode] = {
             **await basics(mode),
             "back_to_back": await cycles(mode, count, 0.0),
             "with_gap": await cycles(mode, count, gap),
+            "model_paced": await cycles(mode, max(count // 4, 5), 0.0, turn),
         }
     return results
 
@@ -104,10 +107,13 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cycles", type=int, default=40)
     parser.add_argument("--gap", type=float, default=0.05)
+    parser.add_argument("--turn", type=float, default=0.5)
     parser.add_argument("--out")
     arguments = parser.parse_args()
     warnings.simplefilter("ignore")
-    report = json.dumps(asyncio.run(main(arguments.cycles, arguments.gap)), indent=2)
+    report = json.dumps(
+        asyncio.run(main(arguments.cycles, arguments.gap, arguments.turn)), indent=2
+    )
     print(report)
     if arguments.out:
         Path(arguments.out).write_text(report + "\n")

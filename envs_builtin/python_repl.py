@@ -80,6 +80,22 @@ def set_limits(config):
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a too-large write fails with EFBIG instead
 
 
+def detach_keyring():
+    """Join a new, empty session keyring, so that the host's (inherited) is out of reach.
+
+    Whoever holds a keyring may read the keys in it whatever its uid (possessor permissions).
+    Where the kernel has no keyrings the call fails, and there is nothing to detach from.
+    """
+    number = {"x86_64": 250, "aarch64": 219, "riscv64": 219}.get(os.uname().machine)
+    try:
+        import ctypes
+
+        if number is not None:
+            ctypes.CDLL(None).syscall(number, 1, None)  # KEYCTL_JOIN_SESSION_KEYRING, no name
+    except Exception:
+        pass
+
+
 def set_process_flags():
     """Die with the host (bubblewrap's --die-with-parent, for the fallback); adopt orphaned
     descendants (so the host finds them under us); not dumpable, so the processes a cell
@@ -260,6 +276,7 @@ def write_all(fd, data):
 
 
 def main():
+    detach_keyring()
     config = json.loads(sys.argv[1])
     sys.argv = [""]
     answer_fd = config["answer_fd"]

@@ -2,7 +2,7 @@
 
 Each env runs ``python_repl.py`` under Debian's ``/usr/bin/python3``, inside bubblewrap when it
 is installed (no network, read-only ``/``, one small tmpfs for files, own pid and user
-namespaces, no nested ones, a private keyring), as an unprivileged uid when we are root, in a
+namespaces, no nested ones), as an unprivileged uid when we are root, in a
 cgroup of its own where one can be made (memory, processes and CPU for all its processes), with
 rlimits per process. The host adds a wall-clock limit per cell, a CPU backstop over the whole
 sandbox, an output cap, and kills what a cell left running. Each task gets a new sandbox,
@@ -41,7 +41,7 @@ __all__ = ["PYTHON", "PythonSandboxEnv", "SandboxUnavailableError", "bwrap_probl
 TOOL_TIMEOUT = 120.0  # the tool's own timeout: above wall_seconds, so the env reports timeouts
 START_TIMEOUT = 30.0  # seconds for an interpreter to report ready
 MAX_OPEN_FILES = 256
-SANDBOX_PROCESSES = 3  # bubblewrap, its pid 1 and the interpreter, on top of max_processes
+SANDBOX_PROCESSES = 2  # bubblewrap and the interpreter, on top of max_processes
 LOST = "so its state (variables, imports, files) is lost"
 
 
@@ -98,6 +98,7 @@ class PythonSandboxEnv(BaseEnv):
         self._interpreter: Interpreter | None = None
         self._used = False  # a cell ran in the current interpreter: reset replaces it
         self._spare: asyncio.Task | None = None  # the next task's interpreter, starting
+        self._stopping: set[asyncio.Task] = set()  # killed interpreters being cleaned up
         self._lock = asyncio.Lock()
         self._closed = False
 
@@ -124,7 +125,6 @@ class PythonSandboxEnv(BaseEnv):
                 await self._replace()
             interpreter = self._interpreter
             self._used = True
-            self._prepare_spare()
             try:
                 outcome = await interpreter.run_cell(
                     code, self.cpu_seconds, self.wall_seconds, self.max_output_chars
@@ -132,6 +132,7 @@ class PythonSandboxEnv(BaseEnv):
             except asyncio.CancelledError:
                 interpreter.kill()  # a cell may still run: never hand this process out again
                 raise
+            self._prepare_spare()  # after the cell: it starts while the model writes its turn
             if outcome.failure:
                 await self._replace()
                 self._used = True  # the same task goes on in it
@@ -161,7 +162,16 @@ class PythonSandboxEnv(BaseEnv):
             if not spare.cancelled() and spare.exception() is None:
                 await asyncio.shield(spare.result().stop())
         if interpreter is not None:
-            await asyncio.shield(interpreter.stop())
+            self._retire(interpreter)
+        if self._stopping:
+            await asyncio.shield(asyncio.gather(*self._stopping, return_exceptions=True))
+
+    def _retire(self, interpreter: Interpreter) -> None:
+        """Kill an interpreter now; reap it and clean up after it in the background."""
+        interpreter.kill()
+        task = asyncio.get_running_loop().create_task(interpreter.stop())
+        self._stopping.add(task)
+        task.add_done_callback(self._stopping.discard)
 
     def _prepare_spare(self) -> None:
         """Start the next task's sandbox in the background (once per task)."""
@@ -174,7 +184,7 @@ class PythonSandboxEnv(BaseEnv):
             raise RuntimeError("the python env is closed")
         old, self._interpreter = self._interpreter, None
         if old is not None:
-            await old.stop()
+            self._retire(old)
         spare, self._spare = self._spare, None
         interpreter = None
         if spare is not None:
@@ -185,7 +195,7 @@ class PythonSandboxEnv(BaseEnv):
         self._interpreter, self._used = interpreter, False
         if self._closed:  # closed while starting
             self._interpreter = None
-            await interpreter.stop()
+            self._retire(interpreter)
             raise RuntimeError("the python env is closed")
 
     async def _launch(self) -> Interpreter:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from envs_builtin.sandbox_cgroup import Cgroup, CgroupUnavailable, Limits
-from envs_builtin.sandbox_launch import as_nobody, detach_keyring, drop_root
+from envs_builtin.sandbox_launch import as_nobody, drop_root
 from envs_builtin.sandbox_processes import SandboxProcesses, first_child
 
 REPL_SOURCE = Path(__file__).with_name("python_repl.py")
@@ -95,8 +95,7 @@ class Interpreter:
 
     def __init__(self, proc, answers, transport, launch: Launch, output_bytes: int):
         self.proc, self.answers, self.transport, self.launch = proc, answers, transport, launch
-        self.repl_pid: int | None = None if launch.sandboxed else proc.pid
-        self.init_pid: int | None = None  # bubblewrap's pid 1 in the sandbox
+        self.repl_pid: int | None = None if launch.sandboxed else proc.pid  # pid 1 in bwrap
         self.cgroup: Cgroup | None = None
         self.processes = SandboxProcesses(proc.pid, {proc.pid})
         self.broken = False
@@ -132,7 +131,6 @@ class Interpreter:
                 env=launch.env,
                 cwd="/",
                 start_new_session=True,
-                preexec_fn=detach_keyring,
                 **drop_root(),
             )
         except BaseException as exc:
@@ -160,12 +158,10 @@ class Interpreter:
     def _bound(self) -> None:
         """Find the sandbox's processes and move them into a new cgroup (before any cell ran,
         so nothing can have slipped out)."""
-        keep = {self.proc.pid}
         if self.launch.sandboxed:
-            self.init_pid = first_child(self.proc.pid)
-            self.repl_pid = first_child(self.init_pid)
-            keep |= {self.init_pid, self.repl_pid}
-        root = self.init_pid or self.proc.pid
+            self.repl_pid = first_child(self.proc.pid)
+        keep = {self.proc.pid, self.repl_pid}
+        root = self.repl_pid or self.proc.pid
         if self.launch.use_cgroup:
             with contextlib.suppress(CgroupUnavailable):
                 self.cgroup = Cgroup.create(self.launch.limits)
@@ -303,11 +299,11 @@ class Interpreter:
             if self.cgroup is not None:
                 self.processes.kill_all()
             with contextlib.suppress(OSError):
-                if self.init_pid is not None:
-                    os.kill(self.init_pid, signal.SIGKILL)  # the pid namespace dies with pid 1
+                if self.launch.sandboxed and self.repl_pid is not None:
+                    os.kill(self.repl_pid, signal.SIGKILL)  # the pid namespace dies with pid 1
                 else:
                     os.killpg(self.proc.pid, signal.SIGKILL)
-        if self.launch.tag:
+        if self.launch.tag and self.cgroup is None:  # a cgroup lists them all
             _kill_tagged(self.launch.tag)
 
     async def stop(self) -> None:
@@ -319,10 +315,10 @@ class Interpreter:
             with contextlib.suppress(OSError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
             await self.proc.wait()
-        if self.launch.tag:
-            _kill_tagged(self.launch.tag)
         if self.cgroup is not None:
             await self._remove_cgroup()
+        elif self.launch.tag:
+            _kill_tagged(self.launch.tag)
         self.transport.close()
         with contextlib.suppress(asyncio.TimeoutError, asyncio.CancelledError):
             await asyncio.wait_for(self._pump, 1.0)

@@ -1,15 +1,13 @@
-"""How a ``python`` sandbox process is started: bubblewrap's command line, the uid drop when the
-host runs as root, and a private kernel keyring.
+"""How a ``python`` sandbox process is started: bubblewrap's command line and the uid drop when
+the host runs as root.
 
 Everything here runs on the host. See ``docs/python-sandbox.md`` for what each layer blocks.
 """
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import os
-import platform
 import shutil
 import subprocess
 from pathlib import Path
@@ -17,8 +15,6 @@ from typing import Any
 
 NOBODY = 65534  # uid/gid the sandbox runs as when we are root (RLIMIT_NPROC spares root)
 PATH = "/usr/local/bin:/usr/bin:/bin"
-KEYCTL_JOIN_SESSION_KEYRING = 1
-SYS_KEYCTL = {"x86_64": 250, "aarch64": 219, "riscv64": 219, "ppc64le": 311, "s390x": 280}
 
 
 def bwrap_command(bwrap: str, disk_mb: int, *, disable_userns: bool = True) -> list[str]:
@@ -26,9 +22,11 @@ def bwrap_command(bwrap: str, disk_mb: int, *, disable_userns: bool = True) -> l
 
     The only writable place is one tmpfs of ``disk_mb``, mounted on /dev/shm and reached as
     /tmp too (a link), so files anywhere count against one size; / and /dev are read-only.
-    ``disable_userns``: no user namespaces inside (bubblewrap 0.8+).
+    ``disable_userns``: no user namespaces inside (bubblewrap 0.8+). The command runs as pid 1
+    of the sandbox (``--as-pid-1``): no process of bubblewrap's is inside with it.
     """
-    command = [bwrap, "--unshare-all", "--unshare-user", "--die-with-parent", "--cap-drop", "ALL"]
+    command = [bwrap, "--unshare-all", "--unshare-user", "--die-with-parent", "--as-pid-1"]
+    command += ["--cap-drop", "ALL"]
     if disable_userns:
         command.append("--disable-userns")
     command += ["--ro-bind", "/usr", "/usr"]
@@ -90,29 +88,3 @@ def as_nobody(command: list[str]) -> list[str]:
 
 def setpriv() -> str | None:
     return shutil.which("setpriv")
-
-
-def _keyctl():
-    number = SYS_KEYCTL.get(platform.machine())
-    if number is None:
-        return None
-    try:
-        syscall = ctypes.CDLL(None, use_errno=True).syscall
-    except (OSError, AttributeError):
-        return None
-    syscall.restype = ctypes.c_long
-    return functools.partial(syscall, number, KEYCTL_JOIN_SESSION_KEYRING, None)
-
-
-_join_new_session_keyring = _keyctl()  # made here: the child after fork only calls it
-
-
-def detach_keyring() -> None:
-    """``preexec_fn`` of a sandbox: join a new, empty session keyring before exec.
-
-    A child otherwise shares the host's session keyring, and whoever holds a keyring may read
-    the keys in it whatever its uid (the possessor permissions). Where the kernel has no
-    keyrings the call fails, and there is nothing to detach from.
-    """
-    if _join_new_session_keyring is not None:
-        _join_new_session_keyring()
