@@ -183,7 +183,11 @@ class Cgroup:
 
 
 def _sweep(folders) -> None:
-    """Remove empty sandbox cgroups left by processes that died without cleaning up."""
+    """Remove empty sandbox cgroups left by processes that died without cleaning up (once)."""
+    global _swept
+    if _swept:
+        return
+    _swept = True
     for parent in {folder.parent for folder in folders}:
         for stale in parent.glob(f"{PREFIX}*"):
             owner = stale.name[len(PREFIX) :].partition("-")[0]
@@ -193,6 +197,7 @@ def _sweep(folders) -> None:
 
 
 _why_not: str | None = None  # why no cgroup can be made here (found once per process)
+_swept = False
 
 
 def unavailable() -> str | None:

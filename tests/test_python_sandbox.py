@@ -14,7 +14,7 @@ import pytest
 
 from agentfly_cli.envs.base import Env, standalone_env
 from agentfly_cli.errors import UserError
-from envs_builtin import python_sandbox
+from envs_builtin import python_sandbox, sandbox_cgroup
 from envs_builtin.python_sandbox import (
     PYTHON,
     PythonSandboxEnv,
@@ -25,6 +25,7 @@ from envs_builtin.python_sandbox import (
 )
 
 BWRAP_PROBLEM = bwrap_problem()
+NO_CGROUP = sandbox_cgroup.unavailable()
 NEEDS_BWRAP = pytest.mark.skipif(
     BWRAP_PROBLEM is not None, reason=f"bubblewrap cannot sandbox here: {BWRAP_PROBLEM}"
 )
@@ -374,3 +375,67 @@ def test_bwrap_mode_reports_its_mode():
         return env.mode
 
     assert run(scenario()) == "bwrap"
+
+
+def cgroup_limits(group) -> tuple[int, int, str]:
+    """memory bytes, pids and the CPU quota of a sandbox's cgroup, read from its files."""
+    if group.version == 2:
+        folder = group.folders[""]
+        cpu = (folder / "cpu.max").read_text().split()[0] if (folder / "cpu.max").exists() else ""
+        return (
+            int((folder / "memory.max").read_text()),
+            int((folder / "pids.max").read_text()),
+            cpu,
+        )
+    cpu_folder = group.folders.get("cpu")
+    return (
+        int((group.folders["memory"] / "memory.limit_in_bytes").read_text()),
+        int((group.folders["pids"] / "pids.max").read_text()),
+        (cpu_folder / "cpu.cfs_quota_us").read_text().strip() if cpu_folder else "",
+    )
+
+
+@pytest.mark.skipif(NO_CGROUP is not None, reason=f"no cgroup for sandboxes here: {NO_CGROUP}")
+@pytest.mark.parametrize("mode", MODES)
+def test_the_sandbox_has_a_cgroup_with_its_limits_and_processes(mode):
+    async def scenario():
+        env = PythonSandboxEnv(sandbox=mode, memory_mb=300, max_processes=7, cpus=0.5)
+        await env.start()
+        interpreter = env._interpreter
+        group, keep = interpreter.cgroup, set(interpreter.processes.keep)
+        limits = cgroup_limits(group)
+        running = asyncio.ensure_future(
+            env.step("import subprocess, time\nsubprocess.Popen(['sleep', '30'])\ntime.sleep(1)")
+        )
+        members = []
+        for _ in range(40):
+            members = group.pids()
+            if len(members) > len(keep):
+                break
+            await asyncio.sleep(0.05)
+        await running
+        after_cell = group.pids()
+        await env.close()
+        return group, interpreter, keep, limits, members, after_cell
+
+    group, interpreter, keep, limits, members, after_cell = run(scenario())
+    memory, pids, quota = limits
+    assert memory == 300 << 20 and pids == 7 + python_sandbox.SANDBOX_PROCESSES
+    assert quota in ("", "50000")  # half of a 100 ms period, where the cpu controller is there
+    assert interpreter.repl_pid in keep and keep < set(members)  # the cell's child is inside
+    assert set(after_cell) == keep  # the child was killed when the cell returned
+    assert not any(folder.exists() for folder in group.folders.values())  # removed on close
+
+
+def test_without_a_cgroup_a_note_says_memory_is_bounded_per_process(monkeypatch):
+    monkeypatch.setattr(sandbox_cgroup, "_why_not", "no cgroup here (a test)")
+    monkeypatch.setattr(python_sandbox, "_warned", set())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        first = run(cells("import os\nos.system('true')\n1 + 1", sandbox="none"))
+        second = run(cells("2 + 2", sandbox="none"))
+    assert first == ["2"] and second == ["4"]
+    notes = [str(w.message) for w in caught if "cgroup" in str(w.message)]
+    assert len(notes) == 1
+    assert "no cgroup here (a test), so memory_mb bounds each process of a sandbox" in notes[0]
+    assert "not all of them together" in notes[0]
