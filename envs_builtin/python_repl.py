@@ -18,7 +18,6 @@ this binds user code, which runs in this process: the host enforces the limits t
 each task.
 """
 
-import ast
 import builtins
 import io
 import json
@@ -27,8 +26,11 @@ import os
 import resource
 import signal
 import sys
-import traceback
 import types
+from _ast import Expr, Expression, PyCF_ONLY_AST  # what ast.parse uses, without importing ast
+
+# ``traceback`` is imported when a cell fails: a sandbox starts faster without it (one starts
+# for each task).
 
 FILENAME = "<agentfly-repl>"  # our own frames; hidden from tracebacks
 MAIN_PID = os.getpid()
@@ -145,6 +147,8 @@ def disarm_cpu_limit():
 
 def strip_frames(exception):
     """Keep only user-code frames in a TracebackException and its chained exceptions."""
+    import traceback
+
     seen = set()
     pending = [exception]
     while pending:
@@ -159,10 +163,12 @@ def strip_frames(exception):
 
 def format_error(exc, limit):
     try:
+        import traceback
+
         summary = traceback.TracebackException.from_exception(exc)
         strip_frames(summary)
         text = "".join(summary.format()).rstrip("\n")
-    except MemoryError:
+    except (MemoryError, ImportError):
         text = f"{type(exc).__name__}: {exc}"
     if len(text) > limit:
         text = "[traceback truncated]\n" + text[-limit:]
@@ -177,15 +183,17 @@ def run_cell(code, value_limit, output_limit):
     linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
     answer = {"value": None, "error": None, "error_type": None, "dropped_chars": 0}
     try:
-        tree = ast.parse(code, filename, "exec")
+        tree = compile(code, filename, "exec", PyCF_ONLY_AST, dont_inherit=True)
     except (SyntaxError, ValueError) as exc:  # no stack: the error is in the cell's text
+        import traceback
+
         answer["error"] = "".join(traceback.format_exception_only(exc)).rstrip("\n")
         answer["error_type"] = type(exc).__name__
         return answer
     try:
         last = None
-        if tree.body and isinstance(tree.body[-1], ast.Expr):
-            last = ast.Expression(tree.body.pop().value)
+        if tree.body and isinstance(tree.body[-1], Expr):
+            last = Expression(tree.body.pop().value)
         body = compile(tree, filename, "exec", dont_inherit=True)
         final = compile(last, filename, "eval", dont_inherit=True) if last else None
         State.in_cell = True

@@ -267,7 +267,7 @@ class Interpreter:
             failure = failure or "exited"
             self.kill()
         else:
-            self.processes.kill_strays()  # nothing a cell started outlives it
+            await self.processes.end_strays()  # nothing a cell started outlives it
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(capture.done.wait(), 1.0)
         output = capture.text(max_chars, answer["dropped_chars"] if answer else 0)

@@ -7,9 +7,11 @@ sandbox's root (bubblewrap's pid 1, or the interpreter, which adopts orphans as 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
+import time
 from pathlib import Path
 
 from envs_builtin.sandbox_cgroup import Cgroup
@@ -100,6 +102,13 @@ class SandboxProcesses:
                     os.kill(pid, signal.SIGKILL)
                     killed += 1
         return killed
+
+    async def end_strays(self, timeout: float = 2.0) -> None:
+        """Kill every process but ``keep`` and wait (at most ``timeout``) until they are dead:
+        a killed process needs to be scheduled once more to exit."""
+        deadline = time.monotonic() + timeout
+        while self.kill_strays() and time.monotonic() < deadline:
+            await asyncio.sleep(0.002)
 
     def kill_all(self) -> None:
         """SIGKILL every process of the sandbox (the cgroup's; the tree's otherwise)."""
