@@ -296,8 +296,8 @@ class Interpreter:
         """Kill the sandbox now (sync, so it also works while a task is being cancelled)."""
         self.broken = True
         if self.proc.returncode is None:  # once reaped, its pid may belong to someone else
-            if self.cgroup is not None:
-                self.processes.kill_all()
+            if self.cgroup is not None and not self.launch.sandboxed:
+                self.processes.kill_all()  # in bubblewrap, the kill of pid 1 does it
             with contextlib.suppress(OSError):
                 if self.launch.sandboxed and self.repl_pid is not None:
                     os.kill(self.repl_pid, signal.SIGKILL)  # the pid namespace dies with pid 1

@@ -17,7 +17,6 @@ from pathlib import Path
 from envs_builtin.sandbox_cgroup import Cgroup
 
 TICKS = os.sysconf("SC_CLK_TCK")
-KILL_ROUNDS = 20  # a process may fork while we kill its parent: look again, a few times
 
 
 def _stat(pid: int) -> list[str] | None:
@@ -91,26 +90,21 @@ class SandboxProcesses:
         return [pid for pid in self.members() if pid not in self.keep and alive(pid)]
 
     def kill_strays(self) -> int:
-        """SIGKILL every process but ``keep``; returns how many were killed."""
-        killed = 0
-        for _ in range(KILL_ROUNDS):
-            found = self.strays()
-            if not found:
-                break
-            for pid in found:
-                with contextlib.suppress(OSError):
-                    os.kill(pid, signal.SIGKILL)
-                    killed += 1
-        return killed
+        """SIGKILL every live process but ``keep`` once; returns how many were signalled."""
+        found = self.strays()
+        for pid in found:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        return len(found)
 
     async def end_strays(self, timeout: float = 2.0) -> None:
-        """Kill every process but ``keep`` and wait (at most ``timeout``) until they are dead:
-        a killed process needs to be scheduled once more to exit."""
+        """Kill every process but ``keep`` until none is left (at most ``timeout``): a killed
+        process must run once more to exit, and may have forked in the meantime."""
         deadline = time.monotonic() + timeout
         while self.kill_strays() and time.monotonic() < deadline:
             await asyncio.sleep(0.002)
 
     def kill_all(self) -> None:
-        """SIGKILL every process of the sandbox (the cgroup's; the tree's otherwise)."""
+        """SIGKILL every process of the sandbox once (the cgroup's; the tree's otherwise)."""
         self.keep = set()
         self.kill_strays()
