@@ -68,7 +68,7 @@ class PythonSandboxEnv(BaseEnv):
 
     Options (the factory's keyword arguments, e.g. from the ``envs:`` config) are described in
     ``docs/python-sandbox.md``. ``reset`` hands over a new sandbox (started in the background
-    when the first cell of a task runs), so nothing of one task reaches the next.
+    after the first cell of a task), so nothing of one task reaches the next.
     """
 
     def __init__(

@@ -69,7 +69,6 @@ class Launch:
     limits: Limits
     home: str | None = None  # the fallback's private working folder, removed on stop
     tag: bytes | None = None  # marks the fallback's processes (in their environment)
-    use_cgroup: bool = True
 
 
 @dataclass
@@ -162,14 +161,13 @@ class Interpreter:
             self.repl_pid = first_child(self.proc.pid)
         keep = {self.proc.pid, self.repl_pid}
         root = self.repl_pid or self.proc.pid
-        if self.launch.use_cgroup:
-            with contextlib.suppress(CgroupUnavailable):
-                self.cgroup = Cgroup.create(self.launch.limits)
-                try:
-                    self.cgroup.attach(sorted(keep - {None}))
-                except OSError:
-                    self.cgroup.remove()  # empty: nothing was attached
-                    self.cgroup = None
+        with contextlib.suppress(CgroupUnavailable):
+            self.cgroup = Cgroup.create(self.launch.limits)
+            try:
+                self.cgroup.attach(sorted(keep - {None}))
+            except OSError:
+                self.cgroup.remove()  # empty: nothing was attached
+                self.cgroup = None
         self.processes = SandboxProcesses(root, keep - {None}, self.cgroup)
 
     @property
