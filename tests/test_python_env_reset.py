@@ -127,17 +127,20 @@ def test_the_first_cell_after_reset_answers_at_once():
     assert seconds < 0.5, f"reset and the first cell took {seconds:.3f} s"
 
 
-@NEEDS_BWRAP
-def test_three_chains_on_a_pool_of_one_see_nothing_of_each_other(tiny_model, tmp_path):
+@pytest.mark.parametrize(
+    ("mode", "files"), [pytest.param("bwrap", FILES, marks=NEEDS_BWRAP), ("none", {})]
+)
+def test_three_chains_on_a_pool_of_one_see_nothing_of_each_other(mode, files, tiny_model, tmp_path):
     """A real rollout (scripted model, code_math's python tool, hermes calls): 3 chains of one
-    task take turns on a pool of 1 env; each first prints what it finds, then plants."""
-    code = task_code(FILES)
+    task take turns on a pool of 1 env; each first prints what it finds, then plants. (The
+    fallback shares the host's /tmp and /dev/shm: there only the interpreter is checked.)"""
+    code = task_code(files)
     script = [{"responses": [json_call("python", code=code), json_call("answer", answer="42")]}]
     row = {"question": "What is the answer?", "answer": "42"}
     trajectories = scripted_rollout(
         "code_math", tiny_model, tmp_path, script, [row],
         "--parser", "hermes", "--n", "3", "--set", "rollout.stop=[]",
-        "--set", "envs.python.pool_max=1",
+        "--set", "envs.python.pool_max=1", "--set", f"envs.python.options.sandbox={mode}",
         "--set", "rollout.max_tokens_per_turn=4096", "--set", "rollout.max_total_tokens=16384",
     )  # fmt: skip
     assert len(trajectories) == 3

@@ -305,7 +305,11 @@ def test_fallback_warns_once(monkeypatch):
         warnings.simplefilter("always")
         first, second = run(cells("1 + 1", sandbox="none")), run(cells("2 + 2", sandbox="none"))
     assert first == ["2"] and second == ["4"]
-    messages = [str(w.message) for w in caught if issubclass(w.category, SandboxWarning)]
+    messages = [
+        str(w.message)
+        for w in caught
+        if issubclass(w.category, SandboxWarning) and "plain subprocess" in str(w.message)
+    ]  # (where no cgroup can be made, that note comes once too)
     assert len(messages) == 1
     assert "no filesystem or network isolation" in messages[0]
     assert "apt-get install bubblewrap" in messages[0]
