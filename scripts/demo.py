@@ -6,7 +6,12 @@ least 0.3 above the mean of the first 3 steps. Exit code 1 when it did not.
 
 The run also holds 10% of the questions out of training and evaluates 16 of them (4 chains
 each) before the first step, every 5 steps and at the end; the summary reports that held-out
-reward next to the training curve (it is reported, not part of the verdict).
+reward next to the training curve (it is reported, not part of the verdict), and what the run
+cost: minutes, peak memory (RSS) and the size of the run folder.
+
+The run keeps one checkpoint, the final model without optimizer state
+(``trainer.save_only_model``): the demo saves only at its end, so there is no point in the run
+to resume from, and the optimizer state would double the folder (1.1 GB in float32).
 
 Extra arguments go to `agentfly train` (e.g. `--set trainer.steps=30`).
 """
@@ -14,6 +19,7 @@ Extra arguments go to `agentfly train` (e.g. `--set trainer.steps=30`).
 from __future__ import annotations
 
 import json
+import resource
 import subprocess
 import sys
 import time
@@ -25,6 +31,12 @@ HELD_OUT_EVAL = [
     "--set", "trainer.eval.every=5", "--set", "trainer.eval.holdout=0.1",
     "--set", "trainer.eval.limit=16",
 ]  # fmt: skip
+ONE_MODEL_CHECKPOINT = [
+    "--set",
+    "trainer.keep_checkpoints=1",
+    "--set",
+    "trainer.save_only_model=true",
+]
 
 
 def learning_verdict(metrics_path: Path) -> tuple[bool, str]:
@@ -49,14 +61,22 @@ def learning_verdict(metrics_path: Path) -> tuple[bool, str]:
         + ("learned" if ok else "did NOT reach the target")
     )
     if held_out:
-        points = ", ".join(f"{reward:.3f} after {step}" for step, reward in held_out)
-        summary += f"\nheld-out questions (never trained on), mean reward: {points} steps"
+        points = ", ".join(
+            f"{reward:.3f} after step {step}" if step else f"{reward:.3f} before training"
+            for step, reward in held_out
+        )
+        summary += f"\nheld-out questions (never trained on), mean reward: {points}"
     return ok, summary
+
+
+def folder_bytes(folder: Path) -> int:
+    """Bytes of the files under ``folder``."""
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
 
 def main(argv: list[str]) -> int:
     run_dir = Path("runs") / f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
-    argv = [*HELD_OUT_EVAL, *argv]  # later --set flags win
+    argv = [*HELD_OUT_EVAL, *ONE_MODEL_CHECKPOINT, *argv]  # later --set flags win
     command = [sys.executable, "-m", "agentfly_cli", "train", "--out", str(run_dir), *argv]
     print(f"$ agentfly train --out {run_dir} {' '.join(argv)}".rstrip(), flush=True)
     started = time.perf_counter()
@@ -66,7 +86,12 @@ def main(argv: list[str]) -> int:
         print(f"agentfly train failed (exit code {code})", file=sys.stderr)
         return code
     ok, summary = learning_verdict(run_dir / "metrics.jsonl")
-    print(f"\n{summary}\ntrained in {minutes:.1f} min; curves: {run_dir / 'plot.png'}")
+    peak_gb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20  # KiB on Linux
+    size_gb = folder_bytes(run_dir) / 2**30
+    print(
+        f"\n{summary}\ntrained in {minutes:.1f} min, peak memory {peak_gb:.1f} GB, "
+        f"run folder {size_gb:.2f} GB; curves: {run_dir / 'plot.png'}"
+    )
     return 0 if ok else 1
 
 

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from agentfly_cli.cli.app import build_app
 from agentfly_cli.config import load_config
+from agentfly_cli.errors import UserError
 from agentfly_cli.train.checkpoint import CheckpointManager
 from agentfly_cli.train.trainer import Trainer
 
@@ -326,3 +327,17 @@ def test_a_checkpoint_holds_the_model_weights_once(recipe, tmp_path):
     assert state_bytes < 2.2 * model_bytes, (state_bytes, model_bytes)
     state = torch.load(folder / "backend" / "train_state.pt", weights_only=True)
     assert "model" not in state and state["weights_in"] == "../model"
+
+
+def test_save_only_model_writes_the_model_alone_and_refuses_to_resume(recipe, tmp_path):
+    run_dir = tmp_path / "run"
+    config = make_config(recipe, "trainer.steps=1", "trainer.save_only_model=true")
+    Trainer(config, run_dir=run_dir, console=False).fit()
+    folder = CheckpointManager(run_dir).path(1)
+    assert sorted(p.name for p in folder.iterdir()) == ["model", "trainer_state.pt"]
+    exported = runner.invoke(build_app(), ["export", str(run_dir), str(tmp_path / "out")])
+    assert exported.exit_code == 0, exported.output
+    more = make_config(recipe, "trainer.steps=2", "trainer.save_only_model=true")
+    with pytest.raises(UserError, match="holds the model only") as error:
+        Trainer(more, run_dir=run_dir, resume=True, console=False).fit()
+    assert "\n" not in str(error.value) and f"--model {folder / 'model'}" in str(error.value)

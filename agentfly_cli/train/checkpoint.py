@@ -2,9 +2,11 @@
 
 A checkpoint holds the model as a Hugging Face folder (``model/``, with the tokenizer, so that
 ``agentfly export`` and ``from_pretrained`` read it as is), the train backend's own state
-(weights, optimizer and scheduler, in ``backend/``), the trainer's state (``trainer_state.pt``:
-step, data position, extras such as a value head) and each rank's RNG states
-(``rng-rank<N>.pt``).
+(optimizer and scheduler, in ``backend/``; the weights are read back from ``model/``, not
+stored twice), the trainer's state (``trainer_state.pt``: step, data position, extras such as
+a value head) and each rank's RNG states (``rng-rank<N>.pt``). ``step-000004`` is the state
+after step 4 (steps are numbered from 1). With ``only_model`` a checkpoint holds ``model/``
+and the trainer's state only: it cannot be resumed.
 
 Everything is written into a temporary folder beside the final one, then renamed: a crash
 leaves either the previous checkpoint or the new one, never a half-written one.
@@ -78,8 +80,10 @@ class CheckpointManager:
         tokenizer: Any = None,
         data_position: int = 0,
         extra: dict[str, Any] | None = None,
+        only_model: bool = False,
     ) -> Path:
-        """Write the checkpoint of ``step`` (the number of finished steps)."""
+        """Write the checkpoint of ``step`` (the number of finished steps); ``only_model``
+        leaves out the optimizer, schedule and RNG states (not resumable)."""
         final = self.path(step)
         temp = self.root / f".tmp-step-{step:06d}"  # one name for every rank
         if backend.is_main:
@@ -87,12 +91,15 @@ class CheckpointManager:
             temp.mkdir(parents=True)
         backend.barrier()
         backend.save_model(temp / "model")
-        backend.save_checkpoint(temp / "backend", model_folder=temp / "model")
-        torch.save(rng_state(), temp / f"rng-rank{backend.rank}.pt")  # each rank its own
+        if not only_model:
+            backend.save_checkpoint(temp / "backend", model_folder=temp / "model")
+            torch.save(rng_state(), temp / f"rng-rank{backend.rank}.pt")  # each rank its own
         if backend.is_main:
             if tokenizer is not None:
                 tokenizer.save_pretrained(str(temp / "model"))
             state = {"step": step, "data_position": data_position, "extra": extra or {}}
+            if only_model:
+                state = {**state, "extra": {}, "only_model": True}
             torch.save(state, temp / "trainer_state.pt")
         backend.barrier()
         if backend.is_main:
@@ -115,6 +122,13 @@ class CheckpointManager:
         latest = self.latest()
         if latest is None:
             return None
+        if not (latest / "backend").is_dir():
+            from agentfly_cli.errors import UserError
+
+            raise UserError(
+                f"{latest} holds the model only (trainer.save_only_model: true), so training "
+                f"cannot resume from it; start a new run on it with --model {latest / 'model'}"
+            )
         backend.load_checkpoint(latest / "backend")
         state = torch.load(latest / "trainer_state.pt", weights_only=False)
         rng = latest / f"rng-rank{backend.rank}.pt"

@@ -94,6 +94,11 @@ class TrainerSettings(BaseModel):
     seed: int = Field(0, description="seeds the task order, minibatch order and sampling")
     save_every: int = Field(0, ge=0, description="checkpoint every N steps; 0: only at the end")
     keep_checkpoints: int = Field(2, ge=1, description="checkpoints kept in the run folder")
+    save_only_model: bool = Field(
+        False,
+        description="checkpoints hold the model only, without the optimizer state (a third of "
+        "the size in float32); such a checkpoint cannot be resumed",
+    )
     out: str | None = Field(None, description="run folder; default runs/<recipe>-<time>")
     save_trajectories: bool = Field(
         True, description="write each step's trajectories to RUN_DIR/trajectories/ (agentfly view)"

@@ -389,6 +389,7 @@ class Trainer:
             tokenizer=self.chat.tokenizer,
             data_position=self.stream.position,
             extra=extra,
+            only_model=self.settings.save_only_model,
         )
 
     def _restore(self) -> int:

@@ -36,8 +36,13 @@ CHECKPOINT_FORMAT = "agentfly-torch-backend/2"
 READABLE_FORMATS = ("agentfly-torch-backend/1", CHECKPOINT_FORMAT)
 
 
-def make_adamw(params: list, config: TrainBackendConfig):
-    """``torch.optim.AdamW`` with the configured hyperparameters (foreach by default)."""
+def make_adamw(params: list, config: TrainBackendConfig, *, fused: bool = False):
+    """``torch.optim.AdamW`` with the configured hyperparameters.
+
+    ``fused`` updates each parameter in one kernel (CPU and CUDA): the default ``foreach``
+    path allocates a temporary as large as all the parameters for ``sqrt(v)`` (540 MB for a
+    135M model in float32) and on the CPU is many times slower.
+    """
     import torch
 
     return torch.optim.AdamW(
@@ -46,6 +51,7 @@ def make_adamw(params: list, config: TrainBackendConfig):
         betas=tuple(config.betas),
         eps=config.eps,
         weight_decay=config.weight_decay,
+        fused=fused or None,
     )
 
 
@@ -86,7 +92,9 @@ class TorchBackend(TrainBackend):
         ]
         pairs = zip(self._params, self._masters, strict=True)
         self._pairs = [(p, m) for p, m in pairs if m is not p]
-        self.optimizer = make_adamw(self._masters, config)
+        self.optimizer = make_adamw(
+            self._masters, config, fused=self.device.type in ("cpu", "cuda")
+        )
         self.scheduler = make_scheduler(self.optimizer, config)
 
     # ---- training -------------------------------------------------------------------------
