@@ -44,6 +44,12 @@ def test_demo_learns_tool_use(tmp_path):
     assert "held-out questions (never trained on)" in done.stdout, report
     records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records if "eval/reward_mean" in r] == [0, 5, 10, 15, 20]
+    # the cost is reported, and the run folder holds one model-only checkpoint (it held the
+    # weights twice and 1.1 GB of optimizer state: 2.1 GB)
+    assert "peak memory" in done.stdout and "run folder" in done.stdout, report
+    size = sum(p.stat().st_size for p in run_dir.rglob("*") if p.is_file())
+    assert size < 2**30, size
+    assert [p.name for p in (run_dir / "checkpoints").iterdir()] == ["step-000020"]
     [first, *_] = sorted((run_dir / "trajectories").glob("step-*.jsonl"))
     trajectory = next(t for t in read_trajectories(first) if t.tool_calls)
     observation = next(t for t in trajectory.turns if t.role == "observation")
