@@ -58,7 +58,7 @@ def check_short_training_run(recipe: str, tiny_model: Path, tmp_path: Path, *fla
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [line["step"] for line in lines] == [0, 1]
+    assert [line["step"] for line in lines] == [1, 2]  # steps count from 1
     assert all(0.0 <= line["reward/mean"] <= 1.0 for line in lines)
 
 
