@@ -120,8 +120,8 @@ class Interpreter:
             os.close(answer_r)
             os.close(answer_w)
             raise
-        try:
-            proc = await asyncio.create_subprocess_exec(
+        creating = asyncio.ensure_future(
+            asyncio.create_subprocess_exec(
                 *argv,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
@@ -132,8 +132,13 @@ class Interpreter:
                 start_new_session=True,
                 **drop_root(),
             )
+        )
+        try:
+            proc = await asyncio.shield(creating)
         except BaseException as exc:
             transport.close()
+            if isinstance(exc, asyncio.CancelledError):
+                await _end_group(creating)
             if isinstance(exc, OSError):  # e.g. not executable by the unprivileged uid
                 raise StartError(f"cannot run {argv[0]}: {exc}") from exc
             raise
@@ -322,6 +327,19 @@ class Interpreter:
             await asyncio.wait_for(self._pump, 1.0)
         if self.launch.home:
             shutil.rmtree(self.launch.home, ignore_errors=True)
+
+
+async def _end_group(creating: asyncio.Future) -> None:
+    """Cancelled while the process was being made: kill its whole process group once it is
+    there. (Killing bubblewrap alone, as asyncio does, leaves its child waiting for a signal
+    from it during setup, forever.)"""
+    try:
+        proc = await creating
+    except BaseException:
+        return
+    with contextlib.suppress(OSError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    await proc.wait()
 
 
 def _kill_tagged(tag: bytes) -> None:

@@ -444,3 +444,31 @@ def test_without_a_cgroup_a_note_says_memory_is_bounded_per_process(monkeypatch)
     assert len(notes) == 1
     assert "no cgroup here (a test), so memory_mb bounds each process of a sandbox" in notes[0]
     assert "not all of them together" in notes[0]
+
+
+def with_arguments(text: str) -> list[int]:
+    """Live processes whose command line holds ``text``."""
+    return [pid for pid in with_cmdline(text) if alive(pid)]
+
+
+@NEEDS_BWRAP
+def test_a_start_cancelled_at_any_moment_leaves_no_process_behind():
+    """Cancelled while bubblewrap sets up, the whole sandbox goes (killing bubblewrap alone left
+    its child waiting for it, forever). disk_mb=7 marks this test's sandboxes."""
+    marker = f"--size {7 << 20} "
+
+    async def attempt(delay: float) -> None:
+        env = PythonSandboxEnv(sandbox="bwrap", disk_mb=7)
+        starting = asyncio.ensure_future(env.start())
+        await asyncio.sleep(delay)
+        starting.cancel()
+        await asyncio.wait({starting})
+        await env.close()
+
+    async def scenario():
+        for step in range(40):
+            await attempt(step * 0.001)
+        await asyncio.sleep(1.0)
+
+    run(asyncio.wait_for(scenario(), 60))  # before the fix: a hang (the child held the pipes)
+    assert with_arguments(marker) == []
