@@ -226,7 +226,7 @@ def test_one_step_numbering_everywhere(recipe, tmp_path):
     checkpoints and the plot; a held-out eval carries the steps done (0: before step 1)."""
     import io
 
-    from agentfly_cli.train.telemetry import plot_figure, read_metrics
+    from agentfly_cli.train.telemetry import read_metrics
 
     run_dir = tmp_path / "run"
     config = make_config(
@@ -265,6 +265,8 @@ def test_one_step_numbering_everywhere(recipe, tmp_path):
         }
         assert {g.split(":")[0] for g in groups} == {f"s{step}"}
     assert CheckpointManager(run_dir).steps() == [1, 2, 3]
+    from agentfly_cli.train.telemetry import plot_figure
+
     reward_axis = plot_figure(records).axes[0]
     train_line, eval_line = reward_axis.get_lines()
     assert list(train_line.get_xdata()) == [1, 2, 3]
@@ -302,18 +304,28 @@ def test_progress_inside_a_step_counts_chains_tokens_and_micro_batches(recipe, t
 
 def test_the_update_runs_without_the_rollouts_stored_kv(recipe, tmp_path):
     """The hf backend keeps each finished request's KV for the chain's next turn; with one
-    model for both, it goes before the update (it held up to 1.5 GB of SmolLM2 KV there)."""
+    model for both, it goes before the update (it held up to 1.5 GB of SmolLM2 KV there) and
+    after a held-out eval (no training chain extends an eval chain)."""
 
     class Probe(Trainer):
-        stored = []
+        at_update = []
+        at_rollout = []
 
         def _prepare(self, trajectories, metrics):
-            self.stored.append(self.engine.backend._prefix.stored_tokens)
+            self.at_update.append(self.engine.backend._prefix.stored_tokens)
             return super()._prepare(trajectories, metrics)
 
-    trainer = Probe(make_config(recipe, "trainer.steps=1"), run_dir=tmp_path / "run", console=False)
+        async def _rollout(self, step, picked):
+            self.at_rollout.append(self.engine.backend._prefix.stored_tokens)
+            return await super()._rollout(step, picked)
+
+    config = make_config(
+        recipe, "trainer.steps=1", "trainer.eval.every=1", "trainer.eval.holdout=0.25"
+    )
+    trainer = Probe(config, run_dir=tmp_path / "run", console=False)
     trainer.fit()
-    assert trainer.shared_model and trainer.stored == [0]
+    assert trainer.shared_model and trainer.at_update == [0]
+    assert trainer.at_rollout == [0]  # the eval before step 1 left none behind
 
 
 def test_a_checkpoint_holds_the_model_weights_once(recipe, tmp_path):

@@ -275,6 +275,7 @@ class Trainer:
         metrics, trajectories = await self.held_out.run(
             steps_done, engine=self.engine, train=self.train, progress=self.progress
         )
+        await self._release_rollout_memory()
         if self.settings.save_trajectories and trajectories:
             self._write_trajectories(f"eval-{steps_done:06d}", trajectories)
         if self.train.is_main:
@@ -331,8 +332,9 @@ class Trainer:
 
     async def _release_rollout_memory(self) -> None:
         """With one model for rollouts and training, the hf backend's stored KV (up to
-        ``backend.prefix_cache_tokens``) goes before the update: the update outdates it, and
-        it would sit beside the activations and optimizer state."""
+        ``backend.prefix_cache_tokens``) goes before the update, which outdates it (it would
+        sit beside the activations and optimizer state), and after a held-out eval, whose
+        chains no training chain extends."""
         if self.shared_model:
             await self.engine.backend.update_weights({})
 
