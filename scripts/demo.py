@@ -89,8 +89,8 @@ def main(argv: list[str]) -> int:
     peak_gb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20  # KiB on Linux
     size_gb = folder_bytes(run_dir) / 2**30
     print(
-        f"\n{summary}\ntrained in {minutes:.1f} min, peak memory {peak_gb:.1f} GB, "
-        f"run folder {size_gb:.2f} GB; curves: {run_dir / 'plot.png'}"
+        f"\n{summary}\ntrained in {minutes:.1f} min, peak memory {peak_gb:.1f} GiB, "
+        f"run folder {size_gb:.2f} GiB; curves: {run_dir / 'plot.png'}"
     )
     return 0 if ok else 1
 
