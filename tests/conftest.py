@@ -83,3 +83,20 @@ def tiny_model(tmp_path_factory) -> Path:
     from agentfly_cli.models.tiny import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny-model"))
+
+
+@pytest.fixture
+def model_loads(monkeypatch) -> list[str]:
+    """Every model resolved or loaded during the test (should stay empty)."""
+    import agentfly_cli.models
+    import agentfly_cli.models.resolve
+
+    calls: list[str] = []
+
+    def refuse(name, *args, **kwargs):
+        calls.append(str(name))
+        raise AssertionError(f"a model was resolved: {name}")
+
+    monkeypatch.setattr(agentfly_cli.models, "resolve_model", refuse)
+    monkeypatch.setattr(agentfly_cli.models.resolve, "resolve_model", refuse)
+    return calls

@@ -33,23 +33,6 @@ def one_line_error(result, *fragments: str) -> str:
 
 
 @pytest.fixture
-def model_loads(monkeypatch) -> list[str]:
-    """Every model resolved or loaded during the test (should stay empty)."""
-    import agentfly_cli.models
-    import agentfly_cli.models.resolve
-
-    calls: list[str] = []
-
-    def refuse(name, *args, **kwargs):
-        calls.append(str(name))
-        raise AssertionError(f"a model was resolved: {name}")
-
-    monkeypatch.setattr(agentfly_cli.models, "resolve_model", refuse)
-    monkeypatch.setattr(agentfly_cli.models.resolve, "resolve_model", refuse)
-    return calls
-
-
-@pytest.fixture
 def weights_loads(monkeypatch) -> list[str]:
     """Every from_pretrained of model weights during the test (should stay empty)."""
     import transformers

@@ -23,23 +23,6 @@ def agentfly(*arguments):
 
 
 @pytest.fixture
-def model_loads(monkeypatch) -> list[str]:
-    """Every model resolved during the test (should stay empty)."""
-    import agentfly_cli.models
-    import agentfly_cli.models.resolve
-
-    calls: list[str] = []
-
-    def refuse(name, *args, **kwargs):
-        calls.append(str(name))
-        raise AssertionError(f"a model was resolved: {name}")
-
-    monkeypatch.setattr(agentfly_cli.models, "resolve_model", refuse)
-    monkeypatch.setattr(agentfly_cli.models.resolve, "resolve_model", refuse)
-    return calls
-
-
-@pytest.fixture
 def files(tmp_path):
     data = tmp_path / "data.jsonl"
     data.write_text(json.dumps({"question": "What is 2 + 3?", "answer": "5"}) + "\n")
