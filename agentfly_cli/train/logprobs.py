@@ -7,7 +7,8 @@ instead of ``[batch, seq, vocab]``; the backward pass recomputes each chunk's lo
 
 A group's shared prompt can be forwarded once (batch 1) and its KV expanded to the group's
 continuations: gradients flow back through the expanded KV into the one prefix pass, so the
-result equals running every full sequence, at a fraction of the cost.
+result equals running every full sequence, at a fraction of the cost, with or without gradient
+checkpointing (:mod:`agentfly_cli.train.prefix_kv`).
 
 ``temperature`` divides the logits before the log-softmax (and the entropy), as verl does: the
 trainer passes the rollout's sampling temperature (:func:`logprob_temperature`), so that the
@@ -21,6 +22,12 @@ from typing import Any
 
 import torch
 from torch.utils.checkpoint import checkpoint
+
+from agentfly_cli.train.prefix_kv import (
+    ReplaySafeCache,
+    aliased_forward,
+    replay_safe_checkpointing,
+)
 
 
 @dataclass
@@ -168,20 +175,24 @@ class SequenceBatch:
         return SequenceBatch(*(getattr(self, f).to(device) for f in self.__dataclass_fields__))
 
 
-def _prefix_cache(body: Any, batch: SequenceBatch):
-    """The KV of every group's prefix, one row per continuation, and each row's prefix length."""
-    from transformers import DynamicCache
+def _prefix_cache(body: Any, batch: SequenceBatch, separate_grads: bool):
+    """The KV of every group's prefix, one row per continuation, and each row's prefix length.
 
+    The cache is a :class:`ReplaySafeCache`: right under gradient checkpointing too. It is passed
+    with ``use_cache=False``, so that the model neither warns that checkpointing turns caching
+    off nor builds a cache of its own: the layers still read and fill the one they are given.
+    ``separate_grads``: run it on aliases of the weights (:func:`aliased_forward`)."""
     mask = batch.prefix_mask.long()
-    past = DynamicCache()
-    body(
+    filled = ReplaySafeCache()
+    forward = aliased_forward(body) if separate_grads and torch.is_grad_enabled() else body
+    forward(
         input_ids=batch.prefix_ids,
         attention_mask=mask,
         position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
-        past_key_values=past,
-        use_cache=True,
+        past_key_values=filled,
+        use_cache=False,
     )
-    past.batch_repeat_interleave(batch.repeats)  # gradients flow back into the one pass
+    past = filled.expanded(batch.repeats)  # gradients flow back into the one pass
     return past, mask.repeat_interleave(batch.repeats, dim=0)
 
 
@@ -194,27 +205,33 @@ def sequence_logprobs(
     return_hidden: bool = False,
     num_chunks: int | None = None,
     temperature: float = 1.0,
+    separate_prefix_grads: bool = False,
 ) -> TokenStats:
     """Logprobs (and entropies) at ``batch.target_mask`` positions, in row-major order, of the
-    model's distribution at ``temperature``."""
+    model's distribution at ``temperature``.
+
+    ``separate_prefix_grads`` saves a copy of the gradients in the backward of a shared-prefix
+    batch, where gradients are plainly accumulated in ``.grad`` (see
+    :mod:`agentfly_cli.train.prefix_kv`)."""
     body, head = split_model(model)
     rows, width = batch.input_ids.shape
     device = batch.input_ids.device
     attention = batch.attention_mask.long()
     past = None
     start = torch.zeros(rows, 1, dtype=torch.long, device=device)
-    if batch.prefix_ids.shape[1]:
-        past, prefix_mask = _prefix_cache(body, batch)
-        start = prefix_mask.sum(-1, keepdim=True)
-        attention = torch.cat([prefix_mask, attention], dim=1)
-    positions = start + torch.arange(width, device=device)
-    out = body(
-        input_ids=batch.input_ids,
-        attention_mask=attention,
-        position_ids=positions,
-        past_key_values=past,
-        use_cache=past is not None,
-    )
+    with replay_safe_checkpointing(body):
+        if batch.prefix_ids.shape[1]:
+            past, prefix_mask = _prefix_cache(body, batch, separate_prefix_grads)
+            start = prefix_mask.sum(-1, keepdim=True)
+            attention = torch.cat([prefix_mask, attention], dim=1)
+        positions = start + torch.arange(width, device=device)
+        out = body(
+            input_ids=batch.input_ids,
+            attention_mask=attention,
+            position_ids=positions,
+            past_key_values=past,
+            use_cache=False,
+        )
     hidden = out.last_hidden_state
     select = batch.target_mask.bool()
     picked = hidden[select]

@@ -88,7 +88,7 @@ class TrainerSettings(BaseModel):
         "about 32M logits (128 MB in fp32) per chunk",
     )
     share_prefix: bool = Field(
-        True, description="forward a group's common prompt once (exact; off with checkpointing)"
+        True, description="forward a group's common prompt once (exact, with checkpointing too)"
     )
     shuffle: bool = Field(True, description="shuffle tasks each epoch of the dataset")
     seed: int = Field(0, description="seeds the task order, minibatch order and sampling")

@@ -222,13 +222,15 @@ class SFTRunner:
 
     def __init__(self, model_dir: Path, settings: SFTSettings) -> None:
         from agentfly_cli.train.backends import build_train_backend
+        from agentfly_cli.train.heap import return_freed_memory
         from agentfly_cli.train.logprobs import AUTO_CHUNK_LOGITS
 
+        return_freed_memory()
         self.settings = settings
         self.train = build_train_backend(model_dir, settings.backend)
         vocab = self.train.unwrapped().config.vocab_size
         self.chunk = settings.logprob_chunk or max(16, AUTO_CHUNK_LOGITS // vocab)
-        self.share_prefix = settings.share_prefix and not settings.backend.gradient_checkpointing
+        self.share_prefix = settings.share_prefix
 
     def _micro_batches(self, rows, indices):
         from agentfly_cli.train.batch import plan_micro_batches
@@ -244,7 +246,12 @@ class SFTRunner:
     def _token_nll(self, plan) -> Any:
         from agentfly_cli.train.logprobs import sequence_logprobs
 
-        stats = sequence_logprobs(self.train.model, plan.batch, chunk_size=self.chunk)
+        stats = sequence_logprobs(
+            self.train.model,
+            plan.batch,
+            chunk_size=self.chunk,
+            separate_prefix_grads=self.train.plain_grad_accumulation,
+        )
         return -stats.logprobs
 
     def mean_loss(self, rows) -> float | None:

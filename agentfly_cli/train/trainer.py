@@ -71,6 +71,9 @@ class Trainer:
     def _setup(self) -> None:
         from agentfly_cli.rollout.runner import build_rollout
         from agentfly_cli.train.backends import build_train_backend
+        from agentfly_cli.train.heap import return_freed_memory
+
+        return_freed_memory()
 
         settings = self.settings
         backend_settings = settings.backend
@@ -79,9 +82,7 @@ class Trainer:
             backend_settings = backend_settings.model_copy(
                 update={"total_steps": settings.steps * per_step}
             )
-        if backend_settings.gradient_checkpointing and settings.share_prefix:
-            log.info("gradient checkpointing: the shared-prefix pass is turned off")
-        self.share_prefix = settings.share_prefix and not backend_settings.gradient_checkpointing
+        self.share_prefix = settings.share_prefix
 
         self._check_group_size()
         if not self.config.reward:

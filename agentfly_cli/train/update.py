@@ -189,6 +189,7 @@ class PolicyUpdate:
             chunk_size=self.chunk,
             num_chunks=chunks,
             temperature=self.temperature,
+            separate_prefix_grads=self.train.plain_grad_accumulation,
             **options,
         )
 

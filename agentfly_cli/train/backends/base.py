@@ -280,6 +280,9 @@ class TrainBackend(abc.ABC):
     world_size: int = 1
     rank: int = 0
     config: TrainBackendConfig
+    #: Gradients are summed into each weight's ``.grad`` and read only at ``step()``; a backend
+    #: that takes them from a hook as they are accumulated (DeepSpeed ZeRO) says False.
+    plain_grad_accumulation: bool = False
 
     @abc.abstractmethod
     def unwrapped(self) -> Any:

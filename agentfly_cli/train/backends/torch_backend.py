@@ -70,6 +70,7 @@ class TorchBackend(TrainBackend):
     """A transformers model (optionally with LoRA) trained in this process."""
 
     name = "torch"
+    plain_grad_accumulation = True
 
     def __init__(self, model_path: str | Path, config: TrainBackendConfig):
         """Load ``model_path`` onto the configured device and dtype, build optimizer and LR."""

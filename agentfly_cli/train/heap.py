@@ -1,0 +1,41 @@
+"""Give freed tensor memory back to the operating system (glibc only).
+
+glibc's malloc serves a large block from ``mmap`` and unmaps it on ``free``, but after each such
+free it raises its mmap threshold to that block's size (up to 32 MB), so that later blocks of that
+size come from the heap, whose freed space it keeps. A training step frees and reallocates
+activations, gradients and KV of every size, and the heap grows far above what is live: the
+demo's first 3 steps peaked at 4.99 GiB of RSS, and at 3.81 GiB with the threshold fixed (same
+rewards). A fixed threshold keeps every block of 128 KiB and more in its own mapping, returned
+on free, as ``MALLOC_MMAP_THRESHOLD_=131072`` does.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+
+log = logging.getLogger(__name__)
+
+#: mallopt parameters (glibc's malloc.h)
+M_TRIM_THRESHOLD = -1
+M_MMAP_THRESHOLD = -3
+#: Blocks this large or larger get their own mapping, unmapped when freed.
+MMAP_THRESHOLD = 128 * 1024
+
+
+def return_freed_memory() -> bool:
+    """Fix glibc's mmap and trim thresholds for this process; False where it is not glibc."""
+    name = ctypes.util.find_library("c")
+    if not name:
+        return False
+    try:
+        libc = ctypes.CDLL(name)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False  # musl, macOS: no mallopt
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    ok = mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1
+    ok = mallopt(M_TRIM_THRESHOLD, MMAP_THRESHOLD) == 1 and ok
+    log.debug("glibc malloc: fixed mmap threshold %s", "set" if ok else "refused")
+    return ok
