@@ -14,6 +14,9 @@ from agentfly_cli.config import load_config
 from agentfly_cli.errors import UserError
 from agentfly_cli.rollout.trajectory import Trajectory, read_trajectories
 from agentfly_cli.train.evaluation import (
+    EVAL_TASKS_FILE,
+    EvalSplit,
+    HeldOutEval,
     eval_metrics,
     format_eval_line,
     split_tasks,
@@ -196,3 +199,25 @@ def test_steps_without_reward_spread_warn_once(recipe, tmp_path):  # noqa: F811
     assert "grpo advantages are zero" in text
     records = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["reward/groups_with_spread"] for r in records] == [0.0] * 4
+
+
+def test_held_out_tasks_with_a_lone_surrogate_are_written_and_read_back(tmp_path):
+    """A task text may hold what UTF-8 cannot encode (a model wrote it, a dataset kept it):
+    eval_tasks.jsonl escapes it, and reading gives back the very same row."""
+    rows = [{"question": "odd \ud800 text", "answer": "1"}, {"question": "plain", "answer": "2"}]
+    held_out = HeldOutEval(
+        EvalSplit(train=[], eval=rows), EvalSettings(every=1, holdout=0.5), total_steps=1
+    )
+    held_out.write_tasks(tmp_path)
+    text = (tmp_path / EVAL_TASKS_FILE).read_text(encoding="utf-8")
+    assert [json.loads(line) for line in text.splitlines()] == rows
+
+
+def test_sft_task_files_escape_a_lone_surrogate(tmp_path):
+    from agentfly_cli.train.sft import write_tasks
+
+    task = {"question": "odd \udfff text", "answer": "1"}
+    chain = Trajectory(task=task, group_id="g0")
+    path = tmp_path / "tasks.jsonl"
+    assert write_tasks([chain], path) == 1
+    assert json.loads(path.read_text(encoding="utf-8")) == task

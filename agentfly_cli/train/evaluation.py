@@ -19,6 +19,7 @@ from typing import Any
 
 from agentfly_cli.errors import UserError
 from agentfly_cli.rollout.trajectory import Trajectory
+from agentfly_cli.surrogates import json_line
 from agentfly_cli.train.settings import EvalSettings
 
 #: The held-out rows of a run, written into its folder for ``agentfly eval --data``.
@@ -145,7 +146,7 @@ class HeldOutEval:
     def write_tasks(self, run_dir: Path) -> None:
         """``RUN_DIR/eval_tasks.jsonl``: the held-out rows, for ``agentfly eval --data``."""
         run_dir.mkdir(parents=True, exist_ok=True)
-        lines = (json.dumps(row, ensure_ascii=False, default=str) for row in self.split.eval)
+        lines = (json_line(row) for row in self.split.eval)  # a lone surrogate is escaped
         (run_dir / EVAL_TASKS_FILE).write_text("".join(line + "\n" for line in lines))
 
     async def run(self, steps_done: int, *, engine: Any, train: Any, progress: Any) -> tuple:

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentfly_cli.errors import UserError
 from agentfly_cli.rollout.trajectory import Trajectory, read_trajectories
+from agentfly_cli.surrogates import json_line
 from agentfly_cli.train.backends.config import TrainBackendConfig
 from agentfly_cli.train.settings import TelemetrySettings
 
@@ -163,7 +164,7 @@ def write_tasks(chains: Sequence[Trajectory], path: Path) -> int:
     tasks = {_task_key(t): t.task for t in chains}
     with open(path, "w", encoding="utf-8") as out:
         for task in tasks.values():
-            out.write(json.dumps(task, ensure_ascii=False) + "\n")
+            out.write(json_line(task) + "\n")  # a lone surrogate is escaped
     return len(tasks)
 
 
