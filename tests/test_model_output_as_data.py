@@ -216,6 +216,28 @@ def test_training_step_whose_chains_all_abort_is_one_line_and_exit_2(tiny_model,
     assert "ChatTemplateError" in line and "--template" in line
 
 
+def test_held_out_eval_whose_chains_all_abort_is_one_line_and_exit_2(tiny_model, files):
+    tmp_path, data = files
+    template = tmp_path / "no_system.jinja"
+    template.write_text(NO_SYSTEM_TEMPLATE)
+    rows = [{"id": f"t{i}", "question": f"{i} + 1?", "answer": str(i + 1)} for i in range(4)]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = agentfly(
+        "train", "--model", tiny_model, "--data", data, "--steps", "2",
+        "--out", tmp_path / "run", "-q", "--set", f"chat.template={template}",
+        "--set", "rollout.n=2", "--set", "trainer.tasks_per_step=1",
+        "--set", "trainer.eval.every=1", "--set", "trainer.eval.holdout=0.5",
+        "--set", "trainer.eval.n=2",
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    line = one_line_error(result)
+    assert "all 4 chains of the held-out eval aborted" in line, line
+    assert "ChatTemplateError" in line and "--template" in line
+    # the eval's trajectories are still written, for `agentfly view`
+    written = read_trajectories(tmp_path / "run" / "trajectories" / "eval-000000.jsonl")
+    assert [t.finish_reason for t in written] == ["abort"] * 4
+
+
 # -- the JSON line writer ----------------------------------------------------------------------
 @pytest.mark.parametrize(
     "text", ["\ud800", "a\udfffb", "\ud83d", "caf\u00e9 \U0001f600", "\\ud800", '"\ud800"']

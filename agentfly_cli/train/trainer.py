@@ -279,6 +279,8 @@ class Trainer:
         await self._release_rollout_memory()
         if self.settings.save_trajectories and trajectories:
             self._write_trajectories(f"eval-{steps_done:06d}", trajectories)
+        what = f"held-out eval after {steps_done} steps" if steps_done else "held-out eval"
+        check_some_chain_ran(trajectories, what, total=distributed.all_sum)
         if self.train.is_main:
             telemetry.log_eval(steps_done, metrics)
         return {"updates": float(steps_done), **metrics}
