@@ -85,6 +85,26 @@ def test_rollout_metrics_exact_numbers():
     assert all(isinstance(v, float) for v in m.values())
 
 
+def test_rollout_metrics_count_tool_errors_by_kind():
+    """Markup the parser did not read, a turn over the call cap and a parse error are three
+    different failures of the model: each has its own count."""
+    calls = [
+        call("", "error", "unparsed_call"),
+        call("", "error", "unparsed_call"),
+        call("calculator", "error", "too_many_calls"),
+        call("", "error", "parse_error"),
+        call("search", "error"),  # no kind recorded
+        call("calculator"),
+    ]
+    m = rollout_metrics([chain(1.0, 2, calls)])
+    assert m["tools/errors"] == 5
+    assert m["tools/errors/unparsed_call"] == 2
+    assert m["tools/errors/too_many_calls"] == 1
+    assert m["tools/errors/parse_error"] == 1
+    assert m["tools/errors/error"] == 1
+    assert sum(v for k, v in m.items() if k.startswith("tools/errors/")) == m["tools/errors"]
+
+
 def test_rollout_metrics_empty_and_unscored():
     m = rollout_metrics([])
     assert m["rollout/trajectories"] == 0 and m["turns/mean"] == 0

@@ -20,6 +20,8 @@ def rollout_metrics(trajectories: Iterable[Trajectory]) -> dict[str, float]:
     (sum of loss masks), ``tokens/total``, ``tools/calls/<name>`` (calls that failed to parse
     have no name and count as ``tools/calls/_parse_error``), ``tools/calls_total``,
     ``tools/errors`` (calls with status "error", i.e. error observations),
+    ``tools/errors/<kind>`` (those by error kind: ``invalid_json``, ``unparsed_call`` for
+    tool-call markup the parser does not read, ``too_many_calls``, ...; see ``ToolErrorKind``),
     ``tools/error_rate``, ``finish/<reason>`` (fraction of trajectories, one key per reason
     in FINISH_REASONS, plus any other reason seen; an empty reason counts as "unknown") and
     ``rollout/trajectories``.
@@ -60,6 +62,13 @@ def rollout_metrics(trajectories: Iterable[Trajectory]) -> dict[str, float]:
     errors = sum(1 for call in calls if call.status == "error")
     out["tools/calls_total"] = float(len(calls))
     out["tools/errors"] = float(errors)
+    kinds: dict[str, int] = {}
+    for call in calls:
+        if call.status == "error":
+            kind = call.error_kind or "error"
+            kinds[kind] = kinds.get(kind, 0) + 1
+    for kind in sorted(kinds):
+        out[f"tools/errors/{kind}"] = float(kinds[kind])
     out["tools/error_rate"] = errors / len(calls) if calls else 0.0
 
     reasons = {reason: 0 for reason in FINISH_REASONS}
