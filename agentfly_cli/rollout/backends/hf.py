@@ -30,13 +30,16 @@ from agentfly_cli.rollout.backends.base import (
     Generation,
     RequestContext,
     SamplingParams,
-    unwrapped_names,
+)
+from agentfly_cli.rollout.backends.hf_sampling import GREEDY_BELOW, draw
+from agentfly_cli.rollout.backends.hf_weights import (
+    load_named_weights,
+    set_adapters,
+    with_adapters,
 )
 from agentfly_cli.rollout.backends.prefix_cache import KVSnapshot, PrefixCache
 
 log = logging.getLogger(__name__)
-
-_GREEDY_BELOW = 1e-5  # temperatures below this sample greedily
 
 
 @dataclass(eq=False)
@@ -538,10 +541,13 @@ class HFBackend(Backend):
         tokens = logits.argmax(dim=-1)
         logprobs = torch.log_softmax(logits, dim=-1).gather(1, tokens[:, None])[:, 0]
         temps = [row.req.params.temperature for row in rows]
-        sampled = [i for i, t in enumerate(temps) if t >= _GREEDY_BELOW]
+        sampled = [i for i, t in enumerate(temps) if t >= GREEDY_BELOW]
         if sampled:
             index = torch.tensor(sampled, device=logits.device)
-            tokens[index], logprobs[index] = self._draw(logits[index], [rows[i] for i in sampled])
+            picked = [rows[i] for i in sampled]
+            tokens[index], logprobs[index] = draw(
+                logits[index], [r.req.params for r in picked], [r.generator for r in picked]
+            )
         for row, token, logprob in zip(rows, tokens.tolist(), logprobs.tolist(), strict=True):
             row.token_ids.append(token)
             row.logprobs.append(logprob)
@@ -549,36 +555,6 @@ class HFBackend(Backend):
             row.max_batch = max(row.max_batch, len(rows))
         self.stats["generated_tokens"] += len(rows)
         return tokens
-
-    def _draw(self, logits: Any, rows: list[_Row]) -> Any:
-        """Sample from tempered logits with per-row top-k / top-p and a per-row generator;
-        the tokens and their logprobs under that tempered, filtered distribution."""
-        torch = self._torch
-        device = logits.device
-        params = [row.req.params for row in rows]
-        logits = logits / torch.tensor([p.temperature for p in params], device=device)[:, None]
-        uniform = torch.stack([torch.rand((), generator=row.generator) for row in rows])
-        uniform = uniform.to(device)
-        filtered = any(p.top_k > 0 or p.top_p < 1.0 for p in params)
-        order = None
-        if filtered:
-            logits, order = logits.sort(dim=-1, descending=True)
-            vocab = logits.shape[-1]
-            ranks = torch.arange(vocab, device=device)[None, :]
-            top_k = torch.tensor([p.top_k if p.top_k > 0 else vocab for p in params], device=device)
-            drop = ranks >= top_k[:, None]
-            probs = logits.masked_fill(drop, float("-inf")).softmax(dim=-1)
-            top_p = torch.tensor([p.top_p for p in params], device=device, dtype=probs.dtype)
-            drop |= (probs.cumsum(dim=-1) - probs) >= top_p[:, None]
-            drop[:, 0] = False
-            logits = logits.masked_fill(drop, float("-inf"))
-        cdf = logits.softmax(dim=-1).cumsum(dim=-1)
-        target = (uniform * cdf[:, -1])[:, None].to(cdf.dtype)
-        choice = torch.searchsorted(cdf, target, right=True).clamp(max=cdf.shape[-1] - 1)
-        logprobs = torch.log_softmax(logits, dim=-1).gather(1, choice)[:, 0]
-        if order is not None:
-            choice = order.gather(1, choice)
-        return choice[:, 0], logprobs
 
     def _finish(self) -> list[tuple[_Request, Generation]]:
         done, keep = [], []
@@ -606,53 +582,19 @@ class HFBackend(Backend):
         return done
 
     def _load_adapter(self, tensors: Any, config: Any) -> None:
-        """Wrap the model with PEFT once, then set the adapter tensors; stored KV is dropped."""
+        """Set the adapter tensors (PEFT-wrapping the model once); stored KV is dropped."""
+        self.model = with_adapters(self.model, config)
         try:
-            import peft
-        except ImportError as exc:
-            raise BackendUnavailableError(
-                "LoRA adapters need PEFT: pip install 'peft>=0.13'"
-            ) from exc
-        if not hasattr(self.model, "peft_config"):
-            if isinstance(config, dict):
-                config = peft.LoraConfig(**config)
-            self.model = peft.get_peft_model(self.model, config).eval()
-        try:
-            result = peft.set_peft_model_state_dict(self.model, dict(tensors))
+            set_adapters(self.model, tensors)
         finally:
             self._prefix.clear()
-        unexpected = list(getattr(result, "unexpected_keys", []) or [])
-        if unexpected:
-            raise ValueError(
-                f"hf backend: {len(unexpected)} adapter tensor(s) do not fit the model, e.g. "
-                f"{unexpected[0]!r}; push the adapters of the same LoRA config"
-            )
         self.stats["adapter_updates"] += 1
 
     def _load_weights(self, named_tensors: Any) -> None:
         """Check every name and shape first, then copy: a bad update changes nothing."""
-        torch = self._torch
-        targets = self.model.state_dict(keep_vars=True)
-        pairs = unwrapped_names(named_tensors)
-        unknown = [name for name, _ in pairs if name not in targets]
-        if unknown:
-            raise ValueError(
-                f"hf backend: {len(unknown)} weight(s) are not in the model, e.g. {unknown[0]!r}; "
-                "pass the policy's own named_parameters() or state_dict()"
-            )
-        for name, tensor in pairs:
-            if tuple(targets[name].shape) != tuple(tensor.shape):
-                raise ValueError(
-                    f"hf backend: weight {name!r} has shape {tuple(tensor.shape)}, "
-                    f"the model expects {tuple(targets[name].shape)}"
-                )
         try:
-            with torch.no_grad():
-                for name, tensor in pairs:
-                    target = targets[name]
-                    target.copy_(tensor.detach().to(device=target.device, dtype=target.dtype))
+            loaded = load_named_weights(self.model, named_tensors)
         finally:
             self._prefix.clear()  # stored KV was computed with the old weights
-        loaded = len(pairs)
         self.stats["weight_updates"] += 1
         self.stats["weights_loaded"] += loaded
