@@ -48,6 +48,60 @@ def test_freed_blocks_go_back_to_the_os():
     assert default - fixed > 200, (default, fixed)  # MB
 
 
+# Four threads alive at once, each allocating: by default each gets an arena of its own.
+THREAD_ARENAS = """
+import ctypes, sys, threading
+from agentfly_cli.train.heap import return_freed_memory
+if sys.argv[1] == "fixed":
+    assert return_freed_memory()
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.malloc.argtypes = [ctypes.c_size_t]
+together = threading.Barrier(4)
+kept = []
+def work():
+    together.wait()
+    kept.append(libc.malloc(1000))
+    together.wait()
+threads = [threading.Thread(target=work) for _ in range(4)]
+for thread in threads:
+    thread.start()
+for thread in threads:
+    thread.join()
+libc.malloc_stats()
+"""
+
+
+def arenas(mode: str) -> int:
+    out = subprocess.run(
+        [sys.executable, "-c", THREAD_ARENAS, mode], capture_output=True, text=True, check=True
+    )
+    return sum(1 for line in out.stderr.splitlines() if line.startswith("Arena "))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt: Linux only")
+def test_threads_share_one_arena():
+    assert arenas("default") > 1
+    assert arenas("fixed") == 1
+
+
+def test_the_cli_sets_it_before_torch_is_imported():
+    code = (
+        "import sys, agentfly_cli.train.heap as heap\n"
+        "calls = []\n"
+        "heap.return_freed_memory = lambda: calls.append('torch' in sys.modules)\n"
+        "from agentfly_cli.cli import app\n"
+        "sys.argv = ['agentfly', '--help']\n"
+        "try:\n"
+        "    app.main()\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(calls)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "[False]"
+
+
 def test_no_glibc_is_a_quiet_no(monkeypatch):
     monkeypatch.setattr(heap.ctypes.util, "find_library", lambda name: None)
     assert heap.return_freed_memory() is False

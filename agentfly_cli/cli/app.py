@@ -90,6 +90,9 @@ def build_app(*, with_plugin_commands: bool = True) -> typer.Typer:
 
 def main() -> None:
     """Console-script entry point."""
+    from agentfly_cli.train.heap import return_freed_memory
+
+    return_freed_memory()  # before torch starts its threads: see train/heap.py
     build_app()(prog_name="agentfly")
 
 
