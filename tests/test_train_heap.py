@@ -102,6 +102,44 @@ def test_the_cli_sets_it_before_torch_is_imported():
     assert out.stdout.strip().splitlines()[-1] == "[False]"
 
 
+# 256 MB of 64 KiB blocks (under the mmap threshold: from the heap), all freed but the top one,
+# which keeps the heap from shrinking: only malloc_trim hands the free pages below it back.
+SMALL_BLOCKS = """
+import ctypes, sys
+from agentfly_cli.train.heap import return_freed_memory, trim_heap
+assert return_freed_memory()
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.malloc.argtypes = [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+libc.memset.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
+def rss():
+    return int(open("/proc/self/status").read().split("VmRSS:")[1].split()[0]) // 1024
+blocks = [libc.malloc(64 << 10) for _ in range(4096)]
+for block in blocks:
+    libc.memset(block, 1, 64 << 10)
+for block in blocks[:-1]:
+    libc.free(block)
+before = rss()
+if sys.argv[1] == "trim":
+    assert trim_heap()
+print(before, rss())
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim: Linux only")
+@pytest.mark.parametrize("mode", ["keep", "trim"])
+def test_trimming_returns_the_free_pages_inside_the_heap(mode):
+    out = subprocess.run(
+        [sys.executable, "-c", SMALL_BLOCKS, mode], capture_output=True, text=True, check=True
+    )
+    before, after = map(int, out.stdout.split())
+    assert before > 250  # MB: the freed blocks stayed in the process
+    assert (before - after > 200) == (mode == "trim"), (before, after)
+
+
 def test_no_glibc_is_a_quiet_no(monkeypatch):
     monkeypatch.setattr(heap.ctypes.util, "find_library", lambda name: None)
+    monkeypatch.setattr(heap, "_trim", None)
     assert heap.return_freed_memory() is False
+    assert heap.trim_heap() is False

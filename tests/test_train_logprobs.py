@@ -48,7 +48,7 @@ def make_rows(
     return rows
 
 
-def batch_logprobs(model, rows, *, share, max_tokens=10**6, chunk=4, separate_grads=False):
+def batch_logprobs(model, rows, *, share, max_tokens=10**6, chunk=4, plain_grads_on=False):
     """Per-row trained-token logprobs [B, L] through the micro-batch planner."""
     width = trained_mask(rows).shape[1]
     out = torch.zeros(len(rows), width)
@@ -56,7 +56,7 @@ def batch_logprobs(model, rows, *, share, max_tokens=10**6, chunk=4, separate_gr
     plans = plan_micro_batches(rows, range(len(rows)), max_tokens=max_tokens, share_prefix=share)
     for plan in plans:
         stats = sequence_logprobs(
-            model, plan.batch, chunk_size=chunk, entropy=True, separate_prefix_grads=separate_grads
+            model, plan.batch, chunk_size=chunk, entropy=True, plain_grads=plain_grads_on
         )
         matrix = scatter_rows(stats.logprobs, [rows[i] for i in plan.rows], width)
         for k, i in enumerate(plan.rows):
@@ -155,16 +155,16 @@ def test_shared_prefix_gives_the_same_gradient(model):
     assert plain.abs().max() > 0
 
 
-@pytest.mark.parametrize("separate_grads", [False, True])
+@pytest.mark.parametrize("plain_grads_on", [False, True])
 @pytest.mark.parametrize("max_tokens", [20, 10**6])  # one row per prefix; groups of 3 rows
 def test_shared_prefix_under_gradient_checkpointing_gives_the_same_logprobs_and_gradient(
-    tiny_model, max_tokens, separate_grads
+    tiny_model, max_tokens, plain_grads_on
 ):
     """Checkpointing replays every decoder layer in backward: the shared prefix's KV must be
     neither dropped (transformers' default) nor appended twice by the replay."""
     rows = make_rows(groups=3, extra=(0, 9, 0))
 
-    def run(checkpointing: bool, share: bool):
+    def run(checkpointing: bool, share: bool, separate: bool):
         torch.manual_seed(0)
         net = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
         if checkpointing:
@@ -175,14 +175,14 @@ def test_shared_prefix_under_gradient_checkpointing_gives_the_same_logprobs_and_
         calls = []
         net.model.layers[0].self_attn.register_forward_pre_hook(lambda *_: calls.append(1))
         logprobs, plans = batch_logprobs(
-            net, rows, share=share, max_tokens=max_tokens, separate_grads=separate_grads
+            net, rows, share=share, max_tokens=max_tokens, plain_grads_on=separate
         )
         (logprobs * trained_mask(rows)).sum().backward()
         grads = torch.cat([p.grad.flatten() for p in net.parameters()])
         return logprobs.detach(), grads, len(calls), plans
 
-    plain_logprobs, plain_grads, _, _ = run(checkpointing=False, share=False)
-    logprobs, grads, calls, plans = run(checkpointing=True, share=True)
+    plain_logprobs, plain_grads, _, _ = run(checkpointing=False, share=False, separate=False)
+    logprobs, grads, calls, plans = run(checkpointing=True, share=True, separate=plain_grads_on)
     passes = sum(2 if p.batch.prefix_ids.shape[1] else 1 for p in plans)
     assert any(p.batch.prefix_ids.shape[1] for p in plans)
     assert max(p.batch.repeats.max() for p in plans) == (1 if max_tokens == 20 else 3)
@@ -192,8 +192,8 @@ def test_shared_prefix_under_gradient_checkpointing_gives_the_same_logprobs_and_
     assert plain_grads.abs().max() > 0
 
 
-@pytest.mark.parametrize("separate_grads", [False, True])
-def test_separate_prefix_grads_accumulate_before_the_prefix_backward(tiny_model, separate_grads):
+@pytest.mark.parametrize("plain_grads_on", [False, True])
+def test_plain_grads_accumulate_before_the_prefix_backward(tiny_model, plain_grads_on):
     """Autograd holds a weight's gradient until all its uses are done: the continuations' share
     of the first layers' gradients waited for the prefix pass's backward (a second copy of the
     gradients). On aliases, every layer's weights have their gradient before the continuations'
@@ -208,19 +208,20 @@ def test_separate_prefix_grads_accumulate_before_the_prefix_backward(tiny_model,
     for i, weight in enumerate(weights):
         weight.register_post_accumulate_grad_hook(lambda _, i=i: events.append(f"layer {i}"))
 
-    def on_embedding(module, args, output):
-        if output.shape[0] == len(rows):  # the continuations' pass, not the prefix's
-            output.register_hook(lambda grad: events.append("continuations done"))
+    def on_first_layer(module, args, kwargs):
+        hidden = args[0] if args else kwargs["hidden_states"]
+        if hidden.shape[0] == len(rows) and hidden.requires_grad:  # the continuations' pass
+            hidden.register_hook(lambda grad: events.append("continuations done"))
 
-    net.model.embed_tokens.register_forward_hook(on_embedding)
-    stats = sequence_logprobs(net, plan.batch, separate_prefix_grads=separate_grads)
+    net.model.layers[0].register_forward_pre_hook(on_first_layer, with_kwargs=True)
+    stats = sequence_logprobs(net, plan.batch, plain_grads=plain_grads_on)
     stats.logprobs.sum().backward()
     assert all(w.grad is not None and w.grad.abs().max() > 0 for w in weights)
     assert sorted(events) == sorted(
         [f"layer {i}" for i in range(len(weights))] + ["continuations done"]
     )
     layers_first = events[-1] == "continuations done"
-    assert layers_first == separate_grads, events
+    assert layers_first == plain_grads_on, events
 
 
 def test_the_gradient_at_a_temperature_equals_the_naive_one(model):

@@ -17,12 +17,14 @@ policy it optimises is the distribution the tokens were sampled from. SFT keeps 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from agentfly_cli.train.direct_grads import direct_embedding, direct_head, embed, project
 from agentfly_cli.train.prefix_kv import (
     ReplaySafeCache,
     aliased_forward,
@@ -71,9 +73,14 @@ def logprob_temperature(sampling_temperature: float) -> float:
 
 
 def _head_chunk(
-    head: Any, hidden: torch.Tensor, targets: torch.Tensor, entropy: bool, temperature: float
+    head: Any,
+    hidden: torch.Tensor,
+    targets: torch.Tensor,
+    entropy: bool,
+    temperature: float,
+    direct: bool,
 ):
-    logits = head(hidden).float()
+    logits = (project(head, hidden) if direct else head(hidden)).float()
     if temperature != 1.0:
         logits = logits.div_(temperature)  # in place: one [chunk, vocab] tensor, not two
     logp = torch.log_softmax(logits, dim=-1)
@@ -84,16 +91,22 @@ def _head_chunk(
     return picked, ent
 
 
-#: Logits per output-head chunk when the chunk size is automatic (128 MB in fp32).
+#: Logits per output-head chunk when the chunk size is automatic: 128 MB in fp32 on an
+#: accelerator, where larger matrix products pay; 16 MB on a CPU, where they do not and memory
+#: is short (a chunk holds its logits, log-softmax and entropy terms at once: 0.1 GB, not 0.5).
 AUTO_CHUNK_LOGITS = 32 * 1024 * 1024
+AUTO_CHUNK_LOGITS_CPU = 4 * 1024 * 1024
 
 
 def auto_chunk_size(head: Any) -> int:
-    """Positions per chunk so that one chunk's fp32 logits stay near AUTO_CHUNK_LOGITS."""
+    """Positions per chunk so that one chunk's fp32 logits stay near AUTO_CHUNK_LOGITS (or
+    AUTO_CHUNK_LOGITS_CPU when the head's weight is on the CPU)."""
     weight = getattr(head, "weight", None)
     # ZeRO-3 partitions the weight (its local shape is [0]); ds_shape is the full one
     shape = getattr(weight, "ds_shape", None) or getattr(weight, "shape", None) or (32_768,)
-    return max(16, AUTO_CHUNK_LOGITS // max(int(shape[0]), 1))
+    on_cpu = weight is not None and weight.device.type == "cpu"
+    budget = AUTO_CHUNK_LOGITS_CPU if on_cpu else AUTO_CHUNK_LOGITS
+    return max(16, budget // max(int(shape[0]), 1))
 
 
 def head_logprobs(
@@ -105,11 +118,13 @@ def head_logprobs(
     entropy: bool = False,
     num_chunks: int | None = None,
     temperature: float = 1.0,
+    plain_grads: bool = False,
 ) -> TokenStats:
     """Logprobs of ``targets`` [N] under ``head(hidden) / temperature`` for hidden [N, H], chunk
     by chunk (``chunk_size`` positions at a time; 0: :func:`auto_chunk_size`). ``num_chunks``
     makes exactly that many head calls instead (some may be empty): ranks under ZeRO-3 must
-    agree."""
+    agree. ``plain_grads``: the head's weight gradient may go straight into ``.grad``
+    (:mod:`agentfly_cli.train.direct_grads`)."""
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     chunk_size = chunk_size or auto_chunk_size(head)
@@ -120,13 +135,16 @@ def head_logprobs(
         bounds = [count * i // num_chunks for i in range(num_chunks + 1)]
     pieces, entropies = [], []
     needs_ckpt = torch.is_grad_enabled() and hidden.requires_grad
+    direct = plain_grads and torch.is_grad_enabled() and direct_head(head)
     for start, stop in zip(bounds[:-1], bounds[1:], strict=True):
         h = hidden[start:stop]
         t = targets[start:stop]
         if needs_ckpt:
-            lp, ent = checkpoint(_head_chunk, head, h, t, entropy, temperature, use_reentrant=False)
+            lp, ent = checkpoint(
+                _head_chunk, head, h, t, entropy, temperature, direct, use_reentrant=False
+            )
         else:
-            lp, ent = _head_chunk(head, h, t, entropy, temperature)
+            lp, ent = _head_chunk(head, h, t, entropy, temperature, direct)
         pieces.append(lp)
         if entropy:
             entropies.append(ent)
@@ -175,7 +193,7 @@ class SequenceBatch:
         return SequenceBatch(*(getattr(self, f).to(device) for f in self.__dataclass_fields__))
 
 
-def _prefix_cache(body: Any, batch: SequenceBatch, separate_grads: bool):
+def _prefix_cache(body: Any, batch: SequenceBatch, tokens: Callable, separate_grads: bool):
     """The KV of every group's prefix, one row per continuation, and each row's prefix length.
 
     The cache is a :class:`ReplaySafeCache`: right under gradient checkpointing too. It is passed
@@ -186,7 +204,7 @@ def _prefix_cache(body: Any, batch: SequenceBatch, separate_grads: bool):
     filled = ReplaySafeCache()
     forward = aliased_forward(body) if separate_grads and torch.is_grad_enabled() else body
     forward(
-        input_ids=batch.prefix_ids,
+        **tokens(batch.prefix_ids),
         attention_mask=mask,
         position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
         past_key_values=filled,
@@ -205,15 +223,23 @@ def sequence_logprobs(
     return_hidden: bool = False,
     num_chunks: int | None = None,
     temperature: float = 1.0,
-    separate_prefix_grads: bool = False,
+    plain_grads: bool = False,
 ) -> TokenStats:
     """Logprobs (and entropies) at ``batch.target_mask`` positions, in row-major order, of the
     model's distribution at ``temperature``.
 
-    ``separate_prefix_grads`` saves a copy of the gradients in the backward of a shared-prefix
-    batch, where gradients are plainly accumulated in ``.grad`` (see
-    :mod:`agentfly_cli.train.prefix_kv`)."""
+    ``plain_grads``: the caller sums gradients plainly into ``.grad`` and reads them only after
+    backward (the torch backend), so weight gradients may be added there as they arrive, which
+    saves memory: the shared prefix's (:func:`aliased_forward`), the output head's and the
+    embedding's (:mod:`agentfly_cli.train.direct_grads`)."""
     body, head = split_model(model)
+    embedding = direct_embedding(body) if plain_grads and torch.is_grad_enabled() else None
+
+    def tokens(ids: torch.Tensor) -> dict[str, torch.Tensor]:
+        if embedding is None:
+            return {"input_ids": ids}
+        return {"inputs_embeds": embed(embedding, ids)}
+
     rows, width = batch.input_ids.shape
     device = batch.input_ids.device
     attention = batch.attention_mask.long()
@@ -221,12 +247,12 @@ def sequence_logprobs(
     start = torch.zeros(rows, 1, dtype=torch.long, device=device)
     with replay_safe_checkpointing(body):
         if batch.prefix_ids.shape[1]:
-            past, prefix_mask = _prefix_cache(body, batch, separate_prefix_grads)
+            past, prefix_mask = _prefix_cache(body, batch, tokens, plain_grads)
             start = prefix_mask.sum(-1, keepdim=True)
             attention = torch.cat([prefix_mask, attention], dim=1)
         positions = start + torch.arange(width, device=device)
         out = body(
-            input_ids=batch.input_ids,
+            **tokens(batch.input_ids),
             attention_mask=attention,
             position_ids=positions,
             past_key_values=past,
@@ -244,6 +270,7 @@ def sequence_logprobs(
         entropy=entropy,
         num_chunks=num_chunks,
         temperature=temperature,
+        plain_grads=plain_grads,
     )
     if return_hidden:
         stats.hidden = picked

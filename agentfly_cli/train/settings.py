@@ -85,7 +85,7 @@ class TrainerSettings(BaseModel):
         0,
         ge=0,
         description="trained positions per output-head chunk (memory bound); 0: automatic, "
-        "about 32M logits (128 MB in fp32) per chunk",
+        "16 MB of fp32 logits per chunk on a CPU, 128 MB on a GPU",
     )
     share_prefix: bool = Field(
         True, description="forward a group's common prompt once (exact, with checkpointing too)"

@@ -29,6 +29,7 @@ from agentfly_cli.errors import UserError
 from agentfly_cli.rollout.trajectory import Trajectory, read_trajectories
 from agentfly_cli.surrogates import json_line
 from agentfly_cli.train.backends.config import TrainBackendConfig
+from agentfly_cli.train.heap import trim_heap
 from agentfly_cli.train.settings import TelemetrySettings
 
 SUMMARY_FILE = "sft.json"
@@ -224,13 +225,12 @@ class SFTRunner:
     def __init__(self, model_dir: Path, settings: SFTSettings) -> None:
         from agentfly_cli.train.backends import build_train_backend
         from agentfly_cli.train.heap import return_freed_memory
-        from agentfly_cli.train.logprobs import AUTO_CHUNK_LOGITS
+        from agentfly_cli.train.logprobs import auto_chunk_size, split_model
 
         return_freed_memory()
         self.settings = settings
         self.train = build_train_backend(model_dir, settings.backend)
-        vocab = self.train.unwrapped().config.vocab_size
-        self.chunk = settings.logprob_chunk or max(16, AUTO_CHUNK_LOGITS // vocab)
+        self.chunk = settings.logprob_chunk or auto_chunk_size(split_model(self.train.model)[1])
         self.share_prefix = settings.share_prefix
 
     def _micro_batches(self, rows, indices):
@@ -251,7 +251,7 @@ class SFTRunner:
             self.train.model,
             plan.batch,
             chunk_size=self.chunk,
-            separate_prefix_grads=self.train.plain_grad_accumulation,
+            plain_grads=self.train.plain_grad_accumulation,
         )
         return -stats.logprobs
 
@@ -275,10 +275,12 @@ class SFTRunner:
         tokens = sum(rows[i].num_trained for i in indices)
         self.train.model.train()
         total = 0.0
+        trim_heap()  # train/heap.py
         for plan in self._micro_batches(rows, indices):
             nll = self._token_nll(plan)
             loss = nll.sum() / tokens
             self.train.backward(loss)
+            trim_heap()
             total += float(loss.detach())
         grad_norm = self.train.step()
         return {

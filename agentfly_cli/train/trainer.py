@@ -23,7 +23,7 @@ from agentfly_cli.train import algorithms as alg
 from agentfly_cli.train import distributed
 from agentfly_cli.train.checkpoint import CheckpointManager
 from agentfly_cli.train.data import TaskStream
-from agentfly_cli.train.logprobs import AUTO_CHUNK_LOGITS, logprob_temperature
+from agentfly_cli.train.logprobs import auto_chunk_size, logprob_temperature, split_model
 from agentfly_cli.train.signal_watch import GROUP_RELATIVE, FlatRewardWatch
 from agentfly_cli.train.step_progress import StepProgress
 from agentfly_cli.train.update import PolicyUpdate, StepBatch
@@ -111,8 +111,7 @@ class Trainer:
                 f"the {self.engine.backend.name} rollout backend cannot take new weights, so "
                 "rollouts would never follow the trained policy; train with backend hf or vllm"
             )
-        vocab = self.train.unwrapped().config.vocab_size
-        self.chunk = settings.logprob_chunk or max(16, AUTO_CHUNK_LOGITS // vocab)
+        self.chunk = settings.logprob_chunk or auto_chunk_size(split_model(self.train.model)[1])
         # logprobs of the distribution the rollouts were sampled from (logits / T)
         self.temperature = logprob_temperature(self.config.rollout.temperature)
         if self.train.world_size > 1 and backend_settings.zero_stage == 3:

@@ -28,6 +28,7 @@ from agentfly_cli.train.batch import (
     token_matrix,
     trained_mask,
 )
+from agentfly_cli.train.heap import trim_heap
 from agentfly_cli.train.logprobs import SequenceBatch, sequence_logprobs
 from agentfly_cli.train.step_progress import StepProgress
 
@@ -189,7 +190,7 @@ class PolicyUpdate:
             chunk_size=self.chunk,
             num_chunks=chunks,
             temperature=self.temperature,
-            separate_prefix_grads=self.train.plain_grad_accumulation,
+            plain_grads=self.train.plain_grad_accumulation,
             **options,
         )
 
@@ -298,6 +299,7 @@ class PolicyUpdate:
             "train", step=step, total=sum(len(plans) for _, plans in schedule), unit="micro-batches"
         )
         optimizer_steps = 0
+        trim_heap()  # what the rollout freed (train/heap.py)
         for indices, plans in schedule:
             # Normalisers over the whole mini-batch, every rank's part of it: each rank's
             # loss is scaled by the world size since DeepSpeed averages the gradients.
@@ -314,6 +316,7 @@ class PolicyUpdate:
                 tally.add("train/padding_fraction", 1 - real / padded, padded)
                 loss = self._micro_loss(batch, plan, num_tokens, num_seqs, tally)
                 self.train.backward(loss * self.train.world_size)
+                trim_heap()
                 progress.advance(tokens=real)
             grad_norm = self.train.step()
             tally.add("grad_norm", grad_norm)
