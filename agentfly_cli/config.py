@@ -11,10 +11,17 @@ import difflib
 import os
 import typing
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from agentfly_cli.chat.templates import ObservationFormat
 from agentfly_cli.envs.settings import EnvPoolConfig
@@ -36,6 +43,26 @@ class DataConfig(BaseModel):
         "(e.g. where: {kind: [shopping, change]}); applied before limit",
     )
     limit: int | None = Field(None, ge=1, description="use only the first rows")
+    holdout: float = Field(
+        0.0,
+        ge=0.0,
+        lt=1.0,
+        allow_inf_nan=False,
+        description="fraction of the tasks that no phase trains on (RL, the warm start); "
+        "`agentfly eval` and trainer.eval score them. Drawn from the whole file by "
+        "holdout_seed, before where and limit, so a task never changes sides",
+    )
+    holdout_seed: int = Field(0, description="seeds the held-out draw (fixed per recipe)")
+    split: Literal["train", "heldout", "all"] = Field(
+        "train",
+        description="which side of the holdout this run reads (eval: heldout by default)",
+    )
+
+    @model_validator(mode="after")
+    def _split_needs_holdout(self) -> DataConfig:
+        if self.split == "heldout" and not self.holdout:
+            raise ValueError("split: heldout needs data.holdout > 0 (e.g. 0.1)")
+        return self
 
 
 class RewardComponent(BaseModel):
@@ -107,6 +134,19 @@ class RunConfig(BaseModel):
             return [t.strip() for t in value.split(",") if t.strip()]
         return value
 
+    @model_validator(mode="after")
+    def _eval_has_tasks(self) -> RunConfig:
+        held_out = self.trainer.eval
+        if held_out.every and not (
+            held_out.holdout or held_out.path or held_out.where or self.data.holdout
+        ):
+            raise ValueError(
+                "trainer.eval: every needs eval tasks the run does not train on: set "
+                "data.holdout (e.g. 0.1), trainer.eval.holdout, trainer.eval.path (a data "
+                "file) or trainer.eval.where (rows of the data)"
+            )
+        return self
+
 
 def format_settings_error(
     error: ValidationError, source: str, root: type[BaseModel] | None = None
@@ -118,6 +158,8 @@ def format_settings_error(
     message = first["msg"]
     if first["type"] == "value_error":
         message = message.removeprefix("Value error, ")
+        if not first["loc"]:  # a check across sections names its settings itself
+            return f"{source}: {message}{extra}"
     if first["type"] == "extra_forbidden":
         allowed = _allowed_keys(first["loc"][:-1], root or RunConfig)
         close = difflib.get_close_matches(str(first["loc"][-1]), allowed, n=1)
@@ -215,14 +257,27 @@ def load_config(
         data = load_yaml(path)
         source = str(path)
         _anchor_paths(data, path.parent)
+    recipe_data = dict(data.get("data") or {})
     for dotted, value in fields.items():
         if value is not None:
             apply_overrides_value(data, dotted, value)
     apply_overrides(data, list(overrides or []))
+    _holdout_stays_with_its_file(data, recipe_data)
     try:
         return RunConfig.model_validate(data)
     except ValidationError as exc:
         raise UserError(format_settings_error(exc, source)) from None
+
+
+def _holdout_stays_with_its_file(data: dict[str, Any], recipe_data: dict[str, Any]) -> None:
+    """A recipe's ``data.holdout`` is drawn over the recipe's data file: other data (``--data``,
+    ``--set data.path=``) is used whole unless the holdout is set again with it."""
+    section = data.get("data")
+    if not isinstance(section, dict) or section.get("path") == recipe_data.get("path"):
+        return
+    for key in ("holdout", "holdout_seed"):
+        if key in recipe_data and section.get(key) == recipe_data[key]:
+            del section[key]
 
 
 def apply_overrides_value(data: dict[str, Any], dotted: str, value: Any) -> None:

@@ -111,7 +111,8 @@ def main() -> None:
                 row = task_row(sim, task_name, variation)
                 gold = gold_path(sim, task_name, variation)
                 rows.append({"id": f"sw-{len(rows):03d}", **row})
-                walkthrough.append({"responses": [f"ACTION: {a}" for a in gold]})
+                actions = [f"ACTION: {a}" for a in gold]
+                walkthrough.append({"id": rows[-1]["id"], "responses": actions})
                 print(f"{rows[-1]['id']} {task_name} #{variation}: {len(gold)} gold actions")
     finally:
         sim.close()

@@ -101,6 +101,7 @@ def check_packaged_solutions_score(recipe: str, script: list[dict], tmp_path: Pa
     result = agentfly(
         "rollout", recipe, "--backend", "scripted", "--n", "1", "--out", out, "--quiet",
         "--script", write_jsonl(tmp_path / "script.jsonl", script),
+        "--set", "data.split=all",  # the held-out tasks' solutions too
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     trajectories = read_trajectories(out)

@@ -259,8 +259,13 @@ class RolloutEngine:
             stop_token_ids=self._stop_ids,
             seed=_derive_seed(settings.seed, trajectory.task_index, trajectory.sample_index, turn),
         )
+        task_id = trajectory.task.get("id") if isinstance(trajectory.task, dict) else None
         context = RequestContext(
-            trajectory.task_index, trajectory.sample_index, turn, trajectory.group_id
+            trajectory.task_index,
+            trajectory.sample_index,
+            turn,
+            trajectory.group_id,
+            None if task_id is None else str(task_id),
         )
         started = time.perf_counter()
         generation = await self.backend.generate(trajectory.ids, params, context)

@@ -88,7 +88,15 @@ def build_rollout(config: RunConfig, backend_factory: Callable | None = None) ->
         check_output_path(config.out)
     if not config.data.path:
         raise UserError("no data: pass --data FILE.jsonl (or set data.path in the config)")
-    tasks = load_tasks(config.data.path, config.data.limit, config.data.where)
+    data = config.data
+    tasks = load_tasks(
+        data.path,
+        data.limit,
+        data.where,
+        holdout=data.holdout,
+        holdout_seed=data.holdout_seed,
+        side=data.split,
+    )
     tools = _tools_for(config, host)
     reward = _reward_for(config, host)
     if reward is not None:

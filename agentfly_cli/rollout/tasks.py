@@ -19,22 +19,49 @@ ROLES = {"system", "user", "assistant", "tool"}
 MAX_NESTING = 100  # a task row deeper than this could not be written into a trajectory
 
 
+def held_out_indices(count: int, fraction: float, seed: int) -> set[int]:
+    """The rows a seeded ``fraction`` of ``count`` holds out (at least one when > 0)."""
+    import math
+    import random
+
+    if not fraction:
+        return set()
+    held = math.ceil(fraction * count)
+    if held >= count:
+        raise UserError(
+            f"a holdout of {fraction:g} of {count} rows leaves none to train on; lower it or "
+            "add data"
+        )
+    order = list(range(count))
+    random.Random(f"{seed}:holdout").shuffle(order)
+    return set(order[:held])
+
+
 def load_tasks(
     path: str | Path,
     limit: int | None = None,
     where: Mapping[str, Any] | None = None,
     where_key: str = "data.where",
+    *,
+    holdout: float = 0.0,
+    holdout_seed: int = 0,
+    side: str = "all",
 ) -> list[dict[str, Any]]:
     """Read the task rows of a data file or folder; every row is checked.
 
-    ``where`` keeps the rows whose fields match (see :func:`select_rows`), before ``limit``;
-    its errors name the setting ``where_key``.
+    With ``holdout``, ``side`` picks the rows that :func:`held_out_indices` holds out
+    (``heldout``), the others (``train``) or all; drawn over the whole file, before ``where``
+    keeps the rows whose fields match (see :func:`select_rows`) and ``limit`` the first ones.
+    ``where``'s errors name the setting ``where_key``.
     """
     rows = read_rows(path)
     if not rows:
         raise UserError(f"data file {str(path)!r} has no rows")
     for number, row in enumerate(rows, 1):
         check_task(row, f"{path} row {number}")
+    if holdout and side != "all":
+        held = held_out_indices(len(rows), holdout, holdout_seed)
+        rows = [row for i, row in enumerate(rows) if (i in held) == (side == "heldout")]
     if where:
         rows = select_rows(rows, where, str(path), where_key)
     return rows[:limit] if limit is not None else rows

@@ -1,7 +1,8 @@
 """Held-out evaluation during training: which tasks, and their pass@k as step metrics.
 
-The eval set is either a seeded ``holdout`` fraction of the training rows (removed from
-training) or rows of ``eval.path`` (default: ``data.path``) chosen by ``eval.where``. The
+The eval set is a seeded ``eval.holdout`` fraction of the training rows (removed from
+training), the rows of ``eval.path``, or the held-out side of the data (``data.holdout``,
+fixed per recipe: no phase trains on it), each narrowed by ``eval.where`` and ``eval.limit``. The
 trainer rolls them out with the current policy before the first step, every ``eval.every``
 steps and after the last, and logs ``eval/*`` metrics under the number of steps done (0:
 before the first step; steps are numbered from 1).
@@ -10,8 +11,6 @@ before the first step; steps are numbered from 1).
 from __future__ import annotations
 
 import json
-import math
-import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,25 +38,28 @@ def split_tasks(
     rows: Sequence[dict[str, Any]],
     settings: EvalSettings,
     *,
-    data_path: str,
+    data: Any,
     seed: int = 0,
 ) -> EvalSplit:
-    """The eval tasks, and the training rows that remain. Without eval, all rows train."""
-    from agentfly_cli.rollout.tasks import load_tasks
+    """The eval tasks, and the training rows that remain. Without eval, all rows train.
+
+    ``rows`` are the run's tasks (``data``'s train side when ``data.holdout`` is set); the eval
+    tasks are, in order of precedence, a ``settings.holdout`` share of them, the rows of
+    ``settings.path``, or the held-out side of ``data.path`` (all of it without a holdout),
+    then ``settings.where`` and ``settings.limit``."""
+    from agentfly_cli.rollout.tasks import held_out_indices, load_tasks
 
     rows = list(rows)
     if not settings.enabled:
         return EvalSplit(rows, [])
     if settings.holdout:
-        held = math.ceil(settings.holdout * len(rows))
-        if held >= len(rows):
+        try:
+            chosen = held_out_indices(len(rows), settings.holdout, seed)
+        except UserError:
             raise UserError(
                 f"trainer.eval.holdout {settings.holdout:g} of {len(rows)} rows leaves none to "
                 "train on; lower it or add data"
-            )
-        order = list(range(len(rows)))
-        random.Random(f"{seed}:holdout").shuffle(order)
-        chosen = set(order[:held])
+            ) from None
         train = [row for i, row in enumerate(rows) if i not in chosen]
         evaluated = [row for i, row in enumerate(rows) if i in chosen]
         return EvalSplit(train, evaluated[: settings.limit] if settings.limit else evaluated)
@@ -65,8 +67,11 @@ def split_tasks(
         raise UserError(
             f"trainer.eval.path {settings.path!r} not found; give a data file of eval tasks"
         )
-    path = settings.path or data_path
-    evaluated = load_tasks(path, settings.limit, settings.where, "trainer.eval.where")
+    split = {}
+    if not settings.path and data.holdout:
+        split = {"holdout": data.holdout, "holdout_seed": data.holdout_seed, "side": "heldout"}
+    path = settings.path or data.path
+    evaluated = load_tasks(path, settings.limit, settings.where, "trainer.eval.where", **split)
     notes = []
     seen = {_key(row) for row in rows}
     shared = sum(1 for row in evaluated if _key(row) in seen)
@@ -74,7 +79,7 @@ def split_tasks(
         notes.append(
             f"{shared} of the {len(evaluated)} eval tasks are also training tasks, so eval "
             "reward is not held out; select disjoint rows (e.g. data.where / trainer.eval.where "
-            "on a split field) or use trainer.eval.holdout"
+            "on a split field), use data.holdout or trainer.eval.holdout"
         )
     return EvalSplit(rows, evaluated, notes)
 

@@ -56,13 +56,7 @@ class EvalSettings(BaseModel):
                 "holdout takes the eval tasks from the training data; leave path and where "
                 "unset, or set holdout: 0 to use them"
             )
-        if self.every and not (self.holdout or self.path or self.where):
-            raise ValueError(
-                "every needs eval tasks the run does not train on: set trainer.eval.holdout "
-                "(e.g. 0.1), trainer.eval.path (a data file) or trainer.eval.where (rows of "
-                "the data)"
-            )
-        return self
+        return self  # that every has tasks to evaluate is checked with the data (RunConfig)
 
     @property
     def enabled(self) -> bool:

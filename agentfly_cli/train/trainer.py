@@ -129,8 +129,12 @@ class Trainer:
         self.chat = self.engine.chat
         from agentfly_cli.train.evaluation import HeldOutEval, split_tasks
 
+        if self.config.data.split == "heldout":
+            raise UserError(
+                "data.split: heldout would train on the held-out tasks; use train (the default)"
+            )
         split = split_tasks(
-            self.rollout.tasks, settings.eval, data_path=self.config.data.path, seed=settings.seed
+            self.rollout.tasks, settings.eval, data=self.config.data, seed=settings.seed
         )
         self.eval_split = split
         self.held_out = HeldOutEval(split, settings.eval, settings.steps)

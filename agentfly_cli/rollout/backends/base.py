@@ -57,6 +57,7 @@ class RequestContext:
     sample_index: int = 0  # which of the n chains of the task
     turn: int = 0  # assistant turn number within the chain, from 0
     group_id: str = ""
+    task_id: str | None = None  # the task row's "id", when it has one
 
 
 @dataclass

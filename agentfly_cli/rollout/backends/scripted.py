@@ -1,9 +1,11 @@
 """The ``scripted`` backend: replays assistant responses from a JSONL file.
 
 Line i of the script is ``{"responses": ["...", "..."]}``: the assistant turns that every chain
-of task i replays in order. Each response is encoded as if sampled, ending with the end-of-turn
-token that the chat template expects. It serves tests, debugging of parsers and templates, and
-demos. It has no model, so it returns no logprobs.
+of task i replays in order. A line with an ``"id"`` serves the task row of that id instead,
+wherever the row is in the run's tasks (a recipe's held-out split, ``--where`` and ``--limit``
+change which rows a run reads, not which solution each row gets). Each response is encoded as
+if sampled, ending with the end-of-turn token that the chat template expects. It serves tests,
+debugging of parsers and templates, and demos. It has no model, so it returns no logprobs.
 """
 
 from __future__ import annotations
@@ -21,12 +23,21 @@ from agentfly_cli.rollout.backends.base import (
 )
 
 
-def load_script(path: str | Path) -> list[list[str]]:
-    """Read a script file: one ``{"responses": [...]}`` object per line."""
+class Script(list):
+    """The responses of each script line, in order; ``by_id`` those of lines that give an id."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.by_id: dict[str, list[str]] = {}
+
+
+def load_script(path: str | Path) -> Script:
+    """Read a script file: one ``{"responses": [...]}`` object (with an optional ``"id"``) per
+    line."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"script file {str(path)!r} not found; pass --script FILE.jsonl")
-    script: list[list[str]] = []
+    script = Script()
     with open(path, encoding="utf-8") as lines:
         for number, line in enumerate(lines, 1):
             if not line.strip():
@@ -43,6 +54,8 @@ def load_script(path: str | Path) -> list[list[str]]:
                     f'{path}:{number}: expected {{"responses": ["...", ...]}}, a list of strings'
                 )
             script.append(responses)
+            if row.get("id") is not None:
+                script.by_id[str(row["id"])] = responses
     return script
 
 
@@ -51,7 +64,7 @@ class ScriptedBackend(Backend):
 
     name = "scripted"
 
-    def __init__(self, script: list[list[str]], chat) -> None:
+    def __init__(self, script: list[list[str]] | Script, chat) -> None:
         self.script = script
         self.chat = chat
         self._cache: dict[str, list[int]] = {}
@@ -61,6 +74,22 @@ class ScriptedBackend(Backend):
         if not config.script:
             raise UserError("the scripted backend needs a script: pass --script FILE.jsonl")
         return cls(load_script(config.script), chat)
+
+    def _responses(self, context: RequestContext) -> list[str]:
+        by_id = getattr(self.script, "by_id", None)
+        if by_id:
+            if context.task_id is None or context.task_id not in by_id:
+                raise UserError(
+                    f"the script's lines have ids, but none is {context.task_id!r} (task "
+                    f"{context.task_index}); give a line for every task id"
+                )
+            return by_id[context.task_id]
+        if context.task_index >= len(self.script):
+            raise UserError(
+                f"the script has {len(self.script)} lines but task {context.task_index} was asked "
+                'for; give one line per data row (or an "id" on each line)'
+            )
+        return self.script[context.task_index]
 
     def _encode(self, text: str) -> list[int]:
         ids = self._cache.get(text)
@@ -72,16 +101,16 @@ class ScriptedBackend(Backend):
         self, prompt_ids: list[int], params: SamplingParams, context: RequestContext | None = None
     ) -> Generation:
         context = context or RequestContext()
-        if context.task_index >= len(self.script):
-            raise UserError(
-                f"the script has {len(self.script)} lines but task {context.task_index} was asked "
-                "for; give one line per data row"
-            )
-        responses = self.script[context.task_index]
+        responses = self._responses(context)
         if context.turn >= len(responses):
+            line = (
+                f"the script line of task id {context.task_id}"
+                if getattr(self.script, "by_id", None)
+                else f"script line {context.task_index + 1}"
+            )
             raise UserError(
-                f"script line {context.task_index + 1} has {len(responses)} responses but turn "
-                f"{context.turn + 1} was asked for; add responses or lower --max-turns"
+                f"{line} has {len(responses)} responses but turn {context.turn + 1} was asked "
+                "for; add responses or lower --max-turns"
             )
         ids = self._encode(responses[context.turn])
         if len(ids) > params.max_tokens:
