@@ -48,6 +48,11 @@ def train(
     resume: bool = typer.Option(
         False, "--resume", help="Continue the run in --out from its newest checkpoint."
     ),
+    warm_start: bool = typer.Option(
+        False,
+        "--warm-start",
+        help="First fine-tune on the recipe's packaged solutions of its training tasks.",
+    ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No live progress."),
     json_out: bool = typer.Option(False, "--json", help="Print the final metrics as JSON."),
     sets: list[str] | None = SETS,
@@ -67,7 +72,11 @@ def train(
         n=n,
         limit=limit,
         where=where,
-        sets=[*([f"trainer.steps={steps}"] if steps else []), *(sets or [])],
+        sets=[
+            *([f"trainer.steps={steps}"] if steps else []),
+            *(["trainer.warm_start.enabled=true"] if warm_start else []),
+            *(sets or []),
+        ],
     )
     if resume and not (out or config.trainer.out):
         raise UserError("--resume needs --out RUN_DIR: the folder of the run to continue")
@@ -79,7 +88,9 @@ def train(
         )
     _quiet_transformers()
     from agentfly_cli.train.trainer import Trainer
+    from agentfly_cli.train.warm_start import warm_started
 
+    config = warm_started(config, run_dir, console=not quiet)
     trainer = Trainer(config, run_dir=run_dir, resume=resume, console=not quiet)
     result = trainer.fit()
     if not result.is_main:

@@ -63,6 +63,35 @@ class EvalSettings(BaseModel):
         return self.every > 0
 
 
+class SolutionStep(BaseModel):
+    """Turns played from a list field of the task row: one per item (every ``every``-th)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    each: str = Field(description="the row's list field, e.g. hops or walkthrough")
+    say: str = Field(
+        description="the turn for one item: {item} is the item, {name} a field of a dict item"
+    )
+    every: int = Field(1, ge=1, description="take every N-th item (2: a chess solver's moves)")
+
+
+class WarmStartSettings(BaseModel):
+    """SFT on the recipe's packaged solutions of the training tasks, before RL."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(False, description="fine-tune first (`agentfly train --warm-start`)")
+    responses: list[str | SolutionStep] = Field(
+        default_factory=list,
+        description="how a task's packaged solution is played, turn by turn: a template of the "
+        "row's fields (e.g. 'ANSWER: {answer}') or a list field played item by item",
+    )
+    epochs: int = Field(1, ge=1, description="passes over the solutions (1 leaves room to explore)")
+    batch_size: int = Field(8, ge=1, description="solutions per optimizer step")
+    lr: float = Field(5e-5, gt=0, allow_inf_nan=False, description="peak learning rate (cosine)")
+    limit: int | None = Field(None, ge=1, description="use only the first N training tasks")
+
+
 class TrainerSettings(BaseModel):
     """How a training run goes: batch sizes, epochs, checkpoints, algorithm, backend."""
 
@@ -101,3 +130,4 @@ class TrainerSettings(BaseModel):
     backend: TrainBackendConfig = Field(default_factory=TrainBackendConfig)
     telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
     eval: EvalSettings = Field(default_factory=EvalSettings)
+    warm_start: WarmStartSettings = Field(default_factory=WarmStartSettings)

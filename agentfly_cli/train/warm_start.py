@@ -1,0 +1,138 @@
+"""The warm start: supervised fine-tuning on a recipe's packaged solutions, before RL.
+
+A model that solves none of a recipe's tasks gives GRPO no reward spread to learn from. The warm
+start plays each *training* task's packaged solution (``trainer.warm_start.responses``) with the
+``scripted`` backend under the recipe's own template, tools and envs, keeps the chains that
+score, and fine-tunes the model on them (``agentfly sft``'s trainer, short by default: one epoch
+leaves the policy room to explore). RL then starts from that model. The recipe's held-out tasks
+(``data.holdout``) are never played: the rollout reads the train side.
+
+Everything goes to ``RUN_DIR/warm_start/`` (``solutions.jsonl``, ``chains.jsonl``, ``model/``,
+``sft.json``); a resumed run reuses the model found there.
+"""
+
+from __future__ import annotations
+
+import json
+import string
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from agentfly_cli.errors import UserError
+from agentfly_cli.train.settings import SolutionStep, WarmStartSettings
+
+FOLDER = "warm_start"
+SCRIPT_FILE = "solutions.jsonl"
+CHAINS_FILE = "chains.jsonl"
+
+
+def _fill(template: str, fields: Mapping[str, Any], where: str) -> str:
+    names = {name for _, name, _, _ in string.Formatter().parse(template) if name}
+    missing = sorted(names - set(fields))
+    if missing:
+        raise UserError(
+            f"trainer.warm_start.responses: {where} has no field {missing[0]!r} for "
+            f"{template!r}; name a field the data rows have"
+        )
+    return template.format_map(dict(fields))
+
+
+def solution_responses(row: Mapping[str, Any], steps: Sequence[str | SolutionStep]) -> list[str]:
+    """The assistant turns that play ``row``'s packaged solution."""
+    where = f"task {row.get('id', '?')}"
+    turns: list[str] = []
+    for step in steps:
+        if isinstance(step, str):
+            turns.append(_fill(step, row, where))
+            continue
+        items = row.get(step.each)
+        if not isinstance(items, list):
+            raise UserError(
+                f"trainer.warm_start.responses: {where} has no list field {step.each!r}; "
+                "name the field that holds the solution's steps"
+            )
+        for item in items[:: step.every]:
+            fields = dict(item) if isinstance(item, Mapping) else {}
+            turns.append(_fill(step.say, {"item": item, **fields}, where))
+    return turns
+
+
+def solution_script(rows: Sequence[Mapping[str, Any]], settings: WarmStartSettings) -> list[dict]:
+    """One scripted-backend line per task: ``{"id", "responses"}``."""
+    if not settings.responses:
+        raise UserError(
+            "trainer.warm_start: this recipe has no packaged solutions to fine-tune on; set "
+            "trainer.warm_start.responses (e.g. ['ANSWER: {answer}']) or drop --warm-start"
+        )
+    script = []
+    for index, row in enumerate(rows):
+        task_id = row.get("id", index)
+        script.append(
+            {"id": str(task_id), "responses": solution_responses(row, settings.responses)}
+        )
+    return script
+
+
+def warm_start(config: Any, run_dir: Path, *, console: bool = True) -> Path:
+    """Fine-tune ``config``'s model on the packaged solutions of its training tasks; the
+    folder of the fine-tuned model (reused when a previous run left it)."""
+    from agentfly_cli.models import resolve_model
+    from agentfly_cli.rollout.runner import build_rollout, run_rollout
+    from agentfly_cli.rollout.tasks import load_tasks
+    from agentfly_cli.train.backends.config import TrainBackendConfig
+    from agentfly_cli.train.sft import SFTSettings, fine_tune
+
+    settings = config.trainer.warm_start
+    folder = Path(run_dir) / FOLDER
+    model_dir = folder / "model"
+    if (model_dir / "config.json").is_file():
+        return model_dir
+    folder.mkdir(parents=True, exist_ok=True)
+    data = config.data.model_copy(update={"split": "train", "limit": settings.limit})
+    split = {"holdout": data.holdout, "holdout_seed": data.holdout_seed, "side": "train"}
+    tasks = load_tasks(data.path, data.limit, data.where, **split)
+    script = folder / SCRIPT_FILE
+    lines = solution_script(tasks, settings)
+    script.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    scripted = config.backend.model_copy(update={"name": "scripted", "script": str(script)})
+    rollout = build_rollout(
+        config.model_copy(
+            update={
+                "data": data,
+                "backend": scripted,
+                "rollout": config.rollout.model_copy(update={"n": 1}),
+                "out": None,
+            }
+        )
+    )
+    run_rollout(rollout, out=str(folder / CHAINS_FILE))
+    sft = SFTSettings(
+        epochs=settings.epochs,
+        batch_size=settings.batch_size,
+        min_reward=1.0,  # a solution that failed under the recipe's settings teaches nothing
+        holdout=0.0,  # the recipe's held-out tasks are held out already
+        micro_batch_tokens=config.trainer.micro_batch_tokens,
+        seed=config.trainer.seed,
+        backend=TrainBackendConfig(
+            lr=settings.lr,
+            lr_schedule="cosine",
+            warmup_steps=2,
+            gradient_checkpointing=config.trainer.backend.gradient_checkpointing,
+            device=config.trainer.backend.device,
+            dtype=config.trainer.backend.dtype,
+        ),
+    )
+    model = str(resolve_model(config.backend.model or config.model))
+    fine_tune([folder / CHAINS_FILE], model, folder, sft, console=console, force=True)
+    return model_dir
+
+
+def warm_started(config: Any, run_dir: Path, *, console: bool = True) -> Any:
+    """``config`` with its model replaced by the warm-started one when
+    ``trainer.warm_start.enabled``; else ``config`` as it is."""
+    if not config.trainer.warm_start.enabled:
+        return config
+    model_dir = str(warm_start(config, run_dir, console=console))
+    backend = config.backend.model_copy(update={"model": None})
+    return config.model_copy(update={"model": model_dir, "backend": backend})

@@ -1,0 +1,78 @@
+"""The warm start (``agentfly train --warm-start``): SFT on the packaged solutions of the
+recipe's training tasks, then RL from the fine-tuned model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agentfly_cli.config import load_config
+from agentfly_cli.errors import UserError
+from agentfly_cli.rollout.tasks import load_tasks
+from agentfly_cli.rollout.trajectory import read_trajectories
+from agentfly_cli.train.settings import SolutionStep, WarmStartSettings
+from agentfly_cli.train.warm_start import solution_responses, solution_script
+from tests.recipe_checks import agentfly
+
+
+def test_a_solution_is_played_from_templates_and_list_fields():
+    row = {"id": "x", "hops": [{"query": "A"}, {"query": "B"}], "line": ["e4", "e5", "Nf3"],
+           "answer": "C"}  # fmt: skip
+    steps = [
+        SolutionStep(each="hops", say="SEARCH: {query}"),
+        SolutionStep(each="line", every=2, say="MOVE: {item}"),
+        "ANSWER: {answer}",
+    ]
+    assert solution_responses(row, steps) == [
+        "SEARCH: A", "SEARCH: B", "MOVE: e4", "MOVE: Nf3", "ANSWER: C"
+    ]  # fmt: skip
+    with pytest.raises(UserError, match="task x has no field 'solution'"):
+        solution_responses(row, ["PYTHON: {solution}"])
+    with pytest.raises(UserError, match="task x has no list field 'walkthrough'"):
+        solution_responses(row, [SolutionStep(each="walkthrough", say="{item}")])
+    with pytest.raises(UserError, match="has no packaged solutions"):
+        solution_script([row], WarmStartSettings())
+
+
+def test_search_qa_warm_starts_on_training_tasks_only_then_trains(tiny_model, tmp_path):
+    config = load_config("search_qa")
+    data = config.data
+    held = load_tasks(
+        data.path, holdout=data.holdout, holdout_seed=data.holdout_seed, side="heldout"
+    )
+    run = tmp_path / "run"
+    args = [
+        "train", "search_qa", "--model", tiny_model, "--out", run, "--quiet", "--warm-start",
+        "--set", "trainer.warm_start.limit=6", "--set", "trainer.warm_start.batch_size=3",
+        "--set", "trainer.steps=1", "--set", "trainer.tasks_per_step=2", "--set", "rollout.n=2",
+        "--set", "rollout.max_total_tokens=3000",
+    ]  # fmt: skip
+    result = agentfly(*args)
+    assert result.exit_code == 0, result.output
+    folder = run / "warm_start"
+    chains = read_trajectories(folder / "chains.jsonl")
+    assert len(chains) == 6 and all(c.reward == 1.0 for c in chains)  # every solution scored
+    train = load_tasks(
+        data.path, holdout=data.holdout, holdout_seed=data.holdout_seed, side="train"
+    )
+    assert [c.task["id"] for c in chains] == [row["id"] for row in train[:6]]
+    assert not {c.task["id"] for c in chains} & {row["id"] for row in held}  # rows 3-5 are
+    summary = json.loads((folder / "sft.json").read_text())
+    assert summary["optimizer_steps"] == 2 and summary["train_chains"] == 6
+    resolved = json.loads((run / "config.json").read_text())
+    assert resolved["model"] == str(folder / "model")  # RL started from the fine-tuned model
+    assert (run / "metrics.jsonl").read_text().count('"step"') >= 1
+    made = (folder / "model" / "model.safetensors").stat().st_mtime
+    resumed = agentfly(*args, "--resume", "--set", "trainer.steps=2")
+    assert resumed.exit_code == 0, resumed.output
+    assert (folder / "model" / "model.safetensors").stat().st_mtime == made  # reused
+
+
+def test_a_recipe_without_solutions_says_so(tiny_model, tmp_path):
+    result = agentfly(
+        "train", "scienceworld", "--model", tiny_model, "--out", tmp_path / "run", "--quiet",
+        "--warm-start",
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert "has no packaged solutions" in result.output and "Traceback" not in result.output
