@@ -14,7 +14,9 @@ class TaskStream:
     of tasks it had consumed.
     """
 
-    def __init__(self, tasks: Sequence[Mapping[str, Any]], *, seed: int = 0, shuffle: bool = True):
+    def __init__(
+        self, tasks: Sequence[Mapping[str, Any]], *, seed: int | str = 0, shuffle: bool = True
+    ):
         if not tasks:
             raise ValueError("the dataset has no tasks")
         self.tasks = list(tasks)
@@ -39,3 +41,16 @@ class TaskStream:
             out.append((self.position, self.tasks[self._order(epoch)[index]]))
             self.position += 1
         return out
+
+    def record(self, reward_mean: float) -> str | None:
+        """A plain stream has no levels: nothing to promote (see ``CurriculumStream``)."""
+        return None
+
+    def metrics(self) -> dict[str, float]:
+        return {"data/position": float(self.position)}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"position": self.position}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.position = int(state["position"])

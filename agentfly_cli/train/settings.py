@@ -92,6 +92,40 @@ class WarmStartSettings(BaseModel):
     limit: int | None = Field(None, ge=1, description="use only the first N training tasks")
 
 
+class CurriculumSettings(BaseModel):
+    """Difficulty levels of the data, easiest first: train on a level until the training reward
+    reaches ``promote_at``, then move up (see agentfly_cli/train/curriculum.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    field: str | None = Field(
+        None, description="the data field holding each task's level; null: no curriculum"
+    )
+    levels: list[str | int] = Field(
+        default_factory=list,
+        description="the levels in order, easiest first; empty: the field's values, sorted",
+    )
+    start: str | int | None = Field(None, description="the level to start at; default the first")
+    promote_at: float = Field(
+        0.6,
+        ge=0.0,
+        allow_inf_nan=False,
+        description="move up once the mean training reward of the last `window` steps at this "
+        "level reaches this",
+    )
+    window: int = Field(2, ge=1, description="steps averaged by the promotion rule")
+    review: float = Field(
+        0.0,
+        ge=0.0,
+        lt=1.0,
+        description="share of each step's tasks drawn from the easier levels already passed",
+    )
+
+    @property
+    def enabled(self) -> bool:
+        return self.field is not None
+
+
 class TrainerSettings(BaseModel):
     """How a training run goes: batch sizes, epochs, checkpoints, algorithm, backend."""
 
@@ -131,3 +165,4 @@ class TrainerSettings(BaseModel):
     telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
     eval: EvalSettings = Field(default_factory=EvalSettings)
     warm_start: WarmStartSettings = Field(default_factory=WarmStartSettings)
+    curriculum: CurriculumSettings = Field(default_factory=CurriculumSettings)

@@ -212,6 +212,11 @@ class Telemetry:
         """Print one warning line to the console (stderr when the console is off)."""
         self._console.print(f"warning: {message}", markup=False, highlight=False, soft_wrap=True)
 
+    def note(self, message: str) -> None:
+        """Print one plain line to the console (nothing when the console is off)."""
+        if self._show:
+            self._console.print(message, markup=False, highlight=False, soft_wrap=True)
+
     # -- logging ---------------------------------------------------------------------------------
     def log(self, step: int, metrics: Mapping[str, Any]) -> None:
         """Write the metrics of ``step`` to every sink and update the console."""

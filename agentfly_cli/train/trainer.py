@@ -22,7 +22,7 @@ from agentfly_cli.rollout.trajectory import Trajectory
 from agentfly_cli.train import algorithms as alg
 from agentfly_cli.train import distributed
 from agentfly_cli.train.checkpoint import CheckpointManager
-from agentfly_cli.train.data import TaskStream
+from agentfly_cli.train.curriculum import task_stream
 from agentfly_cli.train.logprobs import auto_chunk_size, logprob_temperature, split_model
 from agentfly_cli.train.signal_watch import GROUP_RELATIVE, FlatRewardWatch
 from agentfly_cli.train.step_progress import StepProgress
@@ -138,7 +138,9 @@ class Trainer:
         )
         self.eval_split = split
         self.held_out = HeldOutEval(split, settings.eval, settings.steps)
-        self.stream = TaskStream(split.train, seed=settings.seed, shuffle=settings.shuffle)
+        self.stream = task_stream(
+            split.train, settings.curriculum, seed=settings.seed, shuffle=settings.shuffle
+        )
         if split.eval and self.train.is_main:
             self.held_out.write_tasks(self.run_dir)
         self.reference = self._load_reference() if alg.needs_reference(self.algo) else None
@@ -266,6 +268,7 @@ class Trainer:
                         if main:
                             telemetry.log(step, metrics)
                             self.signal_watch.check(metrics, telemetry.warn)
+                        self._advance_curriculum(step, metrics, telemetry if main else None)
                         if self.held_out.due(step):
                             evals.append(await self._evaluate(step, telemetry))
                         if step == end or (settings.save_every and step % settings.save_every == 0):
@@ -309,9 +312,21 @@ class Trainer:
         with timer.section("sync"):
             await self._sync_weights()
         metrics.update(timer.metrics(total_tokens(trajectories) * self.train.world_size))
-        metrics["data/position"] = float(self.stream.position)
+        metrics.update(self.stream.metrics())  # data/position (and curriculum/level)
         metrics.update(self.engine.envs.metrics())  # env pool gauges and counters
         return distributed.combine_metrics(metrics)
+
+    def _advance_curriculum(self, step: int, metrics: dict[str, float], telemetry) -> None:
+        """Feed the step's mean training reward (the same on every rank) to the task stream;
+        a promotion is noted on the console and in the log."""
+        if "reward/mean" not in metrics:
+            return
+        level = self.stream.record(metrics["reward/mean"])
+        if level is not None and telemetry is not None:
+            telemetry.note(
+                f"curriculum: after step {step} the training reward reached "
+                f"{self.settings.curriculum.promote_at:g}; moving up to level {level}"
+            )
 
     async def _rollout(self, step: int, picked) -> list[Trajectory]:
         tasks = [task for _, task in picked]
@@ -396,7 +411,7 @@ class Trainer:
             backend=self.train,
             tokenizer=self.chat.tokenizer,
             data_position=self.stream.position,
-            extra=extra,
+            extra={**extra, "task_stream": self.stream.state_dict()},
             only_model=self.settings.save_only_model,
         )
 
@@ -407,8 +422,10 @@ class Trainer:
                 f"--resume: no checkpoint in {self.run_dir / 'checkpoints'}; "
                 "start without --resume or pass the run folder of an earlier run"
             )
-        self.stream.position = int(state["data_position"])
         extra = state.get("extra", {})
+        self.stream.load_state_dict(
+            extra.get("task_stream") or {"position": int(state["data_position"])}
+        )
         update = self.update
         if update.value_head is not None and "value_head" in extra:
             update.value_head.load_state_dict(extra["value_head"])

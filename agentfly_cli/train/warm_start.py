@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import string
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,8 @@ from agentfly_cli.train.settings import SolutionStep, WarmStartSettings
 FOLDER = "warm_start"
 SCRIPT_FILE = "solutions.jsonl"
 CHAINS_FILE = "chains.jsonl"
+#: The warm start's own record: its wall time and what it trained on.
+SUMMARY_FILE = "warm_start.json"
 
 
 def _fill(template: str, fields: Mapping[str, Any], where: str) -> str:
@@ -89,6 +92,7 @@ def warm_start(config: Any, run_dir: Path, *, console: bool = True) -> Path:
     if (model_dir / "config.json").is_file():
         return model_dir
     folder.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
     data = config.data.model_copy(update={"split": "train", "limit": settings.limit})
     split = {"holdout": data.holdout, "holdout_seed": data.holdout_seed, "side": "train"}
     tasks = load_tasks(data.path, data.limit, data.where, **split)
@@ -125,6 +129,14 @@ def warm_start(config: Any, run_dir: Path, *, console: bool = True) -> Path:
     )
     model = str(resolve_model(config.backend.model or config.model))
     fine_tune([folder / CHAINS_FILE], model, folder, sft, console=console, force=True)
+    summary = {
+        "seconds": round(time.monotonic() - started, 1),
+        "tasks": len(tasks),
+        "base_model": model,
+        "epochs": settings.epochs,
+        "lr": settings.lr,
+    }
+    (folder / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     return model_dir
 
 
