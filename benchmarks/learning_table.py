@@ -5,8 +5,9 @@ For each recipe it runs the recipe's plain commands, as a user would, and reads 
 1. ``base``: ``agentfly eval RECIPE --n 4`` on the recipe's held-out tasks (``data.holdout``:
    a fixed, seeded 10% that no phase trains on) with the model the recipe starts from.
 2. ``train``: ``agentfly train RECIPE``, the recipe's defaults as they are: its warm start where
-   the recipe enables one (``trainer.warm_start``), its curriculum, its RL settings, and its
-   held-out eval before the first step, every ``trainer.eval.every`` steps and after the last.
+   the recipe enables one (``trainer.warm_start``), its curriculum and its RL settings; with a
+   held-out eval on the same tasks (``trainer.eval.every``, 10 by default: before the first
+   step, every 10 steps and after the last).
    The eval before step 1 scores the warm-started model (the base model without a warm start).
 
 Per recipe the table gives held-out mean reward (with its standard error over tasks) and pass@k
@@ -45,6 +46,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ["code_math", "search_qa", "chess_puzzles", "textworld", "scienceworld", "calculator"]
 EVAL_N = 4  # chains per held-out task, as the trainer's held-out eval (trainer.eval.n)
+EVAL_EVERY = 10  # held-out evals of a training run: before it, every 10 steps and after it
 TABLE_FILE = "learning_table.json"
 MARKDOWN_FILE = "learning_table.md"
 DOC_PAGE = ROOT / "docs" / "learning.md"
@@ -76,10 +78,12 @@ def base_command(recipe: str, run: Path, extra: list[str]) -> list[str]:
     )  # fmt: skip
 
 
-def train_command(recipe: str, run: Path, extra: list[str], resume: bool) -> list[str]:
+def train_command(
+    recipe: str, run: Path, extra: list[str], resume: bool, eval_every: int = EVAL_EVERY
+) -> list[str]:
     return agentfly_command(
         "train", recipe, "--out", str(run / "train"), "--quiet", "--json",
-        *(["--resume"] if resume else []), *extra,
+        *(["--resume"] if resume else []), "--set", f"trainer.eval.every={eval_every}", *extra,
     )  # fmt: skip
 
 
@@ -169,7 +173,14 @@ def read_train(run: Path) -> dict[str, Any]:
 
 
 # ---- running one recipe ----------------------------------------------------------------------
-def run_recipe(recipe: str, row: dict[str, Any], runs: Path, extra: list[str], redo: bool) -> None:
+def run_recipe(
+    recipe: str,
+    row: dict[str, Any],
+    runs: Path,
+    extra: list[str],
+    redo: bool,
+    eval_every: int = EVAL_EVERY,
+) -> None:
     """Run what is missing of ``recipe``'s row (updated in place)."""
     run = runs / recipe
     if redo:
@@ -200,11 +211,11 @@ def run_recipe(recipe: str, row: dict[str, Any], runs: Path, extra: list[str], r
         for part in folder.iterdir():  # keeping a finished warm start
             if part.name != "warm_start":
                 shutil.rmtree(part) if part.is_dir() else part.unlink()
-    command = train_command(recipe, run, extra, resume)
+    command = train_command(recipe, run, extra, resume, eval_every)
     print(f"[{recipe}] train: {shown(command)}", flush=True)
     code, seconds = run_logged(command, log)
     train["attempts"].append({"command": shown(command), "seconds": seconds, "exit": code})
-    train["command"] = shown(train_command(recipe, run, extra, False))
+    train["command"] = shown(train_command(recipe, run, extra, False, eval_every))
     if code != 0:
         raise SystemExit(f"[{recipe}] training failed (exit {code}); see {log}")
     train.update(read_train(run))
@@ -344,6 +355,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--recipes", default=",".join(RECIPES), help="comma-separated")
     parser.add_argument("--out", default=str(ROOT / "docs" / "learning"), help="table folder")
     parser.add_argument("--runs", default=str(ROOT / "runs" / "learning"), help="run folders")
+    parser.add_argument(
+        "--eval-every", type=int, default=EVAL_EVERY, help="held-out eval every N RL steps"
+    )
     parser.add_argument("--redo", action="store_true", help="run the recipes' phases again")
     parser.add_argument("--table-only", action="store_true", help="rebuild the outputs only")
     parser.add_argument("--model", help="another starting model for every phase (tests: tiny)")
@@ -367,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
             row = table["recipes"].setdefault(recipe, {})
             row["machine"] = f"{os.cpu_count()} CPUs, {sys.platform}"
             try:
-                run_recipe(recipe, row, runs, extra, args.redo)
+                run_recipe(recipe, row, runs, extra, args.redo, args.eval_every)
             finally:
                 write_outputs(table, out)  # what finished is kept, even when a phase failed
     write_outputs(table, out)

@@ -47,14 +47,16 @@ def check_tiny_model_rollout(recipe: str, tiny_model: Path, tmp_path: Path, *fla
 
 def check_short_training_run(recipe: str, tiny_model: Path, tmp_path: Path, *flags: str) -> None:
     """Two GRPO steps of 2 tasks x 2 chains on the tiny model: both steps are logged, with
-    rewards in [0, 1]."""
+    rewards in [0, 1]. The RL mechanics alone: without the recipe's warm start and held-out
+    evals (tests/test_warm_start.py and tests/test_train_eval.py cover those)."""
     run_dir = tmp_path / "run"
     result = agentfly(
         "train", recipe, "--model", tiny_model, "--out", run_dir, "--quiet",
         "--set", "trainer.steps=2", "--set", "trainer.tasks_per_step=2",
         "--set", "rollout.n=2", "--set", "rollout.max_turns=2",
         "--set", "rollout.max_tokens_per_turn=8",
-        "--set", "trainer.telemetry.sinks=[jsonl]", *flags,
+        "--set", "trainer.telemetry.sinks=[jsonl]", "--no-warm-start",
+        "--set", "trainer.eval.every=0", *flags,
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]

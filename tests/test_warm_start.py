@@ -76,3 +76,29 @@ def test_a_recipe_without_solutions_says_so(tiny_model, tmp_path):
     )  # fmt: skip
     assert result.exit_code == 2, result.output
     assert "has no packaged solutions" in result.output and "Traceback" not in result.output
+
+
+def test_a_recipe_that_warm_starts_by_default_can_skip_it(tiny_model, tmp_path):
+    assert load_config("code_math").trainer.warm_start.enabled  # the recipe's default
+    run = tmp_path / "run"
+    result = agentfly(
+        "train", "code_math", "--model", tiny_model, "--out", run, "--quiet", "--no-warm-start",
+        "--steps", "1", "--set", "trainer.tasks_per_step=1", "--set", "rollout.n=2",
+        "--set", "trainer.eval.every=0", "--set", "rollout.max_total_tokens=3000",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert not (run / "warm_start").exists()
+    resolved = json.loads((run / "config.json").read_text())
+    assert resolved["trainer"]["warm_start"]["enabled"] is False
+
+
+def test_own_data_without_the_solution_fields_names_the_way_out(tiny_model, tmp_path):
+    data = tmp_path / "mine.jsonl"
+    data.write_text(json.dumps({"id": "m1", "question": "What is 2 + 3?", "answer": "5"}) + "\n")
+    result = agentfly(
+        "train", "code_math", "--model", tiny_model, "--data", data, "--out", tmp_path / "run",
+        "--quiet",
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert "task m1 has no field 'solution'" in result.output
+    assert "--no-warm-start" in result.output and "Traceback" not in result.output

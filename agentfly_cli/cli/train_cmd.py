@@ -48,10 +48,12 @@ def train(
     resume: bool = typer.Option(
         False, "--resume", help="Continue the run in --out from its newest checkpoint."
     ),
-    warm_start: bool = typer.Option(
-        False,
-        "--warm-start",
-        help="First fine-tune on the recipe's packaged solutions of its training tasks.",
+    warm_start: bool | None = typer.Option(
+        None,
+        "--warm-start/--no-warm-start",
+        help="First fine-tune on the recipe's packaged solutions of its training tasks "
+        "(default: the recipe's trainer.warm_start.enabled).",
+        show_default=False,
     ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No live progress."),
     json_out: bool = typer.Option(False, "--json", help="Print the final metrics as JSON."),
@@ -74,7 +76,11 @@ def train(
         where=where,
         sets=[
             *([f"trainer.steps={steps}"] if steps else []),
-            *(["trainer.warm_start.enabled=true"] if warm_start else []),
+            *(
+                [f"trainer.warm_start.enabled={str(warm_start).lower()}"]
+                if warm_start is not None
+                else []
+            ),
             *(sets or []),
         ],
     )

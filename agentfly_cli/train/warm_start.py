@@ -36,7 +36,8 @@ def _fill(template: str, fields: Mapping[str, Any], where: str) -> str:
     if missing:
         raise UserError(
             f"trainer.warm_start.responses: {where} has no field {missing[0]!r} for "
-            f"{template!r}; name a field the data rows have"
+            f"{template!r}; name a field the data rows have, or train without the warm start "
+            "(--no-warm-start)"
         )
     return template.format_map(dict(fields))
 
@@ -53,7 +54,8 @@ def solution_responses(row: Mapping[str, Any], steps: Sequence[str | SolutionSte
         if not isinstance(items, list):
             raise UserError(
                 f"trainer.warm_start.responses: {where} has no list field {step.each!r}; "
-                "name the field that holds the solution's steps"
+                "name the field that holds the solution's steps, or train without the warm "
+                "start (--no-warm-start)"
             )
         for item in items[:: step.every]:
             fields = dict(item) if isinstance(item, Mapping) else {}
@@ -97,9 +99,16 @@ def warm_start(config: Any, run_dir: Path, *, console: bool = True) -> Path:
     split = {"holdout": data.holdout, "holdout_seed": data.holdout_seed, "side": "train"}
     tasks = load_tasks(data.path, data.limit, data.where, **split)
     script = folder / SCRIPT_FILE
-    lines = solution_script(tasks, settings)
-    script.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
     scripted = config.backend.model_copy(update={"name": "scripted", "script": str(script)})
+
+    def play_solutions(backend_config, chat):
+        """The scripted backend, made once the run's tools, envs and options are checked."""
+        from agentfly_cli.rollout.backends.scripted import ScriptedBackend, load_script
+
+        lines = solution_script(tasks, settings)
+        script.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+        return ScriptedBackend(load_script(script), chat)
+
     rollout = build_rollout(
         config.model_copy(
             update={
@@ -108,7 +117,8 @@ def warm_start(config: Any, run_dir: Path, *, console: bool = True) -> Path:
                 "rollout": config.rollout.model_copy(update={"n": 1}),
                 "out": None,
             }
-        )
+        ),
+        backend_factory=play_solutions,
     )
     run_rollout(rollout, out=str(folder / CHAINS_FILE))
     sft = SFTSettings(
