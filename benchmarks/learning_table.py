@@ -130,6 +130,15 @@ def held_out_point(means: dict[str, float], metrics: dict[str, Any]) -> dict[str
     return point
 
 
+def finished_eval(path: Path) -> dict[str, Any] | None:
+    """What ``agentfly eval --json`` printed into ``path``, if it finished."""
+    try:
+        printed = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return printed if isinstance(printed, dict) and "eval" in printed else None
+
+
 def read_base(run: Path, printed: dict[str, Any]) -> dict[str, Any]:
     overall = printed["eval"]["overall"]
     means = task_means(run / "base_eval.jsonl")
@@ -165,11 +174,36 @@ def read_train(run: Path) -> dict[str, Any]:
     levels = [r["curriculum/level"] for r in steps if "curriculum/level" in r]
     if levels:
         out["curriculum_levels"] = levels
+    resolved = folder / "config.json"
+    if resolved.is_file():  # the recipe's settings at the time: its defaults change over time
+        out["settings"] = run_settings(json.loads(resolved.read_text(encoding="utf-8")))
     summary = folder / "warm_start" / "warm_start.json"
     if summary.is_file():
         out["warm_start"] = json.loads(summary.read_text(encoding="utf-8"))
         out["warm_start_seconds"] = out["warm_start"]["seconds"]
     return out
+
+
+def run_settings(config: dict[str, Any]) -> dict[str, Any]:
+    """The settings of a run that shape learning, from its resolved ``config.json``."""
+    trainer, rollout = config.get("trainer", {}), config.get("rollout", {})
+    warm = trainer.get("warm_start", {})
+    algorithm = trainer.get("algorithm", {})
+    return {
+        "warm_start": {k: warm.get(k) for k in ("limit", "epochs", "lr")}
+        if warm.get("enabled")
+        else None,
+        "curriculum": trainer.get("curriculum")
+        if trainer.get("curriculum", {}).get("field")
+        else None,
+        "steps": trainer.get("steps"),
+        "tasks_per_step": trainer.get("tasks_per_step"),
+        "n": rollout.get("n"),
+        "temperature": rollout.get("temperature"),
+        "lr": trainer.get("backend", {}).get("lr"),
+        "advantage": algorithm.get("advantage"),
+        "entropy_coef": algorithm.get("entropy_coef"),
+    }
 
 
 # ---- running one recipe ----------------------------------------------------------------------
@@ -180,8 +214,9 @@ def run_recipe(
     extra: list[str],
     redo: bool,
     eval_every: int = EVAL_EVERY,
+    save: Any = lambda: None,
 ) -> None:
-    """Run what is missing of ``recipe``'s row (updated in place)."""
+    """Run what is missing of ``recipe``'s row (updated in place; ``save()`` after a phase)."""
     run = runs / recipe
     if redo:
         shutil.rmtree(run, ignore_errors=True)
@@ -191,17 +226,20 @@ def run_recipe(
     phases = row.setdefault("phases", {})
     if not phases.get("base", {}).get("done"):
         command = base_command(recipe, run, extra)
-        print(f"[{recipe}] base: {shown(command)}", flush=True)
-        code, seconds = run_logged(command, log, stdout=run / "base_eval.json")
-        if code != 0:
-            raise SystemExit(f"[{recipe}] base eval failed (exit {code}); see {log}")
-        printed = json.loads((run / "base_eval.json").read_text(encoding="utf-8"))
+        printed = finished_eval(run / "base_eval.json")
+        if printed is None:  # else: it finished, and the table was not saved after it
+            print(f"[{recipe}] base: {shown(command)}", flush=True)
+            code, _ = run_logged(command, log, stdout=run / "base_eval.json")
+            printed = finished_eval(run / "base_eval.json")
+            if code != 0 or printed is None:
+                raise SystemExit(f"[{recipe}] base eval failed (exit {code}); see {log}")
         phases["base"] = {
             "done": True,
             "command": shown(command),
-            "seconds": seconds,
+            "seconds": printed["summary"]["wall_s"],
             **read_base(run, printed),
         }
+        save()
     train = phases.setdefault("train", {"attempts": []})
     if train.get("done"):
         return
@@ -381,7 +419,15 @@ def main(argv: list[str] | None = None) -> int:
             row = table["recipes"].setdefault(recipe, {})
             row["machine"] = f"{os.cpu_count()} CPUs, {sys.platform}"
             try:
-                run_recipe(recipe, row, runs, extra, args.redo, args.eval_every)
+                run_recipe(
+                    recipe,
+                    row,
+                    runs,
+                    extra,
+                    args.redo,
+                    args.eval_every,
+                    save=lambda: write_outputs(table, out),
+                )
             finally:
                 write_outputs(table, out)  # what finished is kept, even when a phase failed
     write_outputs(table, out)

@@ -85,6 +85,7 @@ def test_a_tiny_row_runs_resumes_and_writes_json_markdown_and_png(table, tiny_mo
     saved = json.loads((out / "learning_table.json").read_text())
     train = saved["recipes"]["calculator"]["phases"]["train"]
     assert train["done"] and "--resume" in train["attempts"][0]["command"]
+    assert train["settings"]["n"] == 2 and train["settings"]["warm_start"] is None
     assert [p["step"] for p in train["curve"]] == [0, 1, 2]  # one curve across the resume
     base = saved["recipes"]["calculator"]["phases"]["base"]
     assert base["tasks"] == 3 and base["command"].startswith("agentfly eval calculator --n 4")
@@ -99,6 +100,14 @@ def test_a_tiny_row_runs_resumes_and_writes_json_markdown_and_png(table, tiny_mo
     assert table.main([*args, "--set", "trainer.steps=2"]) == 0
     again = json.loads((out / "learning_table.json").read_text())["recipes"]["calculator"]
     assert again["phases"] == saved["recipes"]["calculator"]["phases"]
+    # the table lost (a crash before it was saved): the finished base eval is read, not rerun
+    (out / "learning_table.json").unlink()
+    assert table.main([*args, "--set", "trainer.steps=2"]) == 0
+    log = (runs / "calculator" / "log.txt").read_text()
+    assert log.count("agentfly_cli eval calculator") == 1
+    rebuilt = json.loads((out / "learning_table.json").read_text())["recipes"]["calculator"]
+    assert rebuilt["phases"]["base"] == base
+    assert [p["mean"] for p in rebuilt["phases"]["train"]["curve"]] == pytest.approx(logged)
 
 
 def test_an_unknown_recipe_is_refused(table, tmp_path, capsys):

@@ -318,7 +318,7 @@ class Trainer:
 
     def _advance_curriculum(self, step: int, metrics: dict[str, float], telemetry) -> None:
         """Feed the step's mean training reward (the same on every rank) to the task stream;
-        a promotion is noted on the console and in the log."""
+        a promotion prints a line (``curriculum/level`` logs the level of every step)."""
         if "reward/mean" not in metrics:
             return
         level = self.stream.record(metrics["reward/mean"])
