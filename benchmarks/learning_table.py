@@ -166,10 +166,9 @@ def read_train(run: Path) -> dict[str, Any]:
         "curve": curve,
         "train_reward": [round(r["reward/mean"], 4) for r in steps],
         "eval_seconds": round(sum(r.get("eval/seconds", 0.0) for r in records), 1),
-        # the steps' and evals' own times: right across a resume (setup and loading excluded)
-        "rl_seconds": round(
-            sum(r.get("time/step_s", 0.0) + r.get("eval/seconds", 0.0) for r in records), 1
-        ),
+        # the steps' own times (rollout, update, sync): right across a resume; setup, loading
+        # and the held-out evals (eval_seconds) are not in it
+        "rl_seconds": round(sum(r.get("time/step_s", 0.0) for r in records), 1),
     }
     levels = [r["curriculum/level"] for r in steps if "curriculum/level" in r]
     if levels:
@@ -301,8 +300,8 @@ def _minutes(seconds: float | None) -> str:
 def markdown(table: dict[str, Any]) -> str:
     lines = [
         "| recipe | base | after warm start | RL start -> end (steps) | RL gain | warm start min "
-        "| RL min (evals) |",
-        "|---|---|---|---|---|---|---|",
+        "| RL steps min | held-out evals min |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     commands = []
     for recipe, row in table["recipes"].items():
@@ -310,16 +309,16 @@ def markdown(table: dict[str, Any]) -> str:
         if "rl_end" in s:
             gain = f"{s['rl_gain']:+.3f} ± {s['rl_gain_stderr']:.3f}"
             rl = f"{_cell(s['rl_start'])} -> {_cell(s['rl_end'])} ({s['rl_steps']})"
-            evals = f" ({_minutes(s['eval_seconds'])})" if s.get("eval_seconds") else ""
             times = (
                 _minutes(s["warm_start_seconds"]) if s["warm_start"] else "-",
-                _minutes(s["rl_seconds"]) + evals,
+                _minutes(s["rl_seconds"]),
+                _minutes(s["eval_seconds"]),
             )
         else:
-            gain, rl, times = "-", "-", ("-", "-")
+            gain, rl, times = "-", "-", ("-", "-", "-")
         lines.append(
             f"| `{recipe}` | {_cell(s['base'])} | {_cell(s.get('warm_start'))} | {rl} | {gain} "
-            f"| {times[0]} | {times[1]} |"
+            f"| {' | '.join(times)} |"
         )
         for phase in ("base", "train"):
             command = row.get("phases", {}).get(phase, {}).get("command")
@@ -329,8 +328,8 @@ def markdown(table: dict[str, Any]) -> str:
         "",
         "Held-out mean reward ± its standard error over tasks (pass@k: a chain passes at reward "
         f"1), {EVAL_N} chains per task. RL's start is the model RL begins from (the warm-started "
-        "one where the recipe warm-starts). RL minutes include the held-out evals (their "
-        "minutes in brackets).",
+        "one where the recipe warm-starts). RL steps: rollouts, updates and weight syncs; the "
+        "held-out evals (before RL and every 10 steps) are timed apart.",
         "",
         "Commands (from the clone's root, after `make install` and `source .venv/bin/activate`):",
         "",
@@ -360,10 +359,19 @@ def plot(recipe: str, row: dict[str, Any], out: Path) -> Path | None:
         label="held-out mean reward"
         + (" (step 0: after warm start)" if "warm_start" in train else ""),
     )
+    k = max((int(key.split("@")[1]) for key in curve[0] if key.startswith("pass@")), default=0)
+    if k > 1:
+        axis.plot(
+            [p["step"] for p in curve],
+            [p[f"pass@{k}"] for p in curve],
+            marker="s",
+            linestyle=":",
+            label=f"held-out pass@{k}",
+        )
     base = row.get("phases", {}).get("base", {})
     if base.get("done"):
         axis.axhline(base["mean"], color="grey", linestyle="--", label="base model")
-    axis.set(xlabel="RL step", ylabel="held-out mean reward", title=recipe, ylim=(0, 1.05))
+    axis.set(xlabel="RL step", ylabel="held-out score", title=recipe, ylim=(0, 1.05))
     axis.legend(loc="lower right")
     axis.grid(alpha=0.3)
     path = out / f"{recipe}.png"
@@ -414,7 +422,12 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"error: unknown recipe {unknown[0]!r}; the table has {', '.join(RECIPES)}")
         return 2
-    if not args.table_only:
+    if args.table_only:  # recompute the finished rows from their run folders where present
+        for recipe, row in table["recipes"].items():
+            train = row.get("phases", {}).get("train", {})
+            if train.get("done") and (runs / recipe / "train" / "metrics.jsonl").is_file():
+                train.update(read_train(runs / recipe))
+    else:
         for recipe in recipes:
             row = table["recipes"].setdefault(recipe, {})
             row["machine"] = f"{os.cpu_count()} CPUs, {sys.platform}"

@@ -59,7 +59,8 @@ def test_a_training_runs_curve_and_gain_are_read_from_its_records(table, tmp_pat
     assert [p["step"] for p in result["curve"]] == [0, 5, 10]
     assert [p["mean"] for p in result["curve"]] == [0.25, 0.5, 0.75]
     assert result["train_reward"] == [0.5, 1.0] and result["curriculum_levels"] == [0.0, 1.0]
-    assert result["rl_seconds"] == 66.0 and result["warm_start_seconds"] == 120.0
+    assert result["rl_seconds"] == 60.0 and result["eval_seconds"] == 6.0
+    assert result["warm_start_seconds"] == 120.0
     row = {"phases": {"train": {"done": True, **result}}}
     summary = table.summarize("r", row)
     assert summary["rl_gain"] == 0.5 and summary["rl_steps"] == 10

@@ -102,3 +102,12 @@ def test_own_data_without_the_solution_fields_names_the_way_out(tiny_model, tmp_
     assert result.exit_code == 2, result.output
     assert "task m1 has no field 'solution'" in result.output
     assert "--no-warm-start" in result.output and "Traceback" not in result.output
+
+
+def test_the_warm_start_is_refused_in_each_of_several_ranks(tmp_path, monkeypatch):
+    from agentfly_cli.train.warm_start import warm_start
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(UserError, match="not in each of 2 ranks.*--no-warm-start"):
+        warm_start(load_config("code_math"), tmp_path)
+    assert not (tmp_path / "warm_start").exists()

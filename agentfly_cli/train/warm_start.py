@@ -14,6 +14,7 @@ Everything goes to ``RUN_DIR/warm_start/`` (``solutions.jsonl``, ``chains.jsonl`
 from __future__ import annotations
 
 import json
+import os
 import string
 import time
 from collections.abc import Mapping, Sequence
@@ -93,6 +94,12 @@ def warm_start(config: Any, run_dir: Path, *, console: bool = True) -> Path:
     model_dir = folder / "model"
     if (model_dir / "config.json").is_file():
         return model_dir
+    ranks = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    if ranks > 1:  # every rank would fine-tune into the same folder
+        raise UserError(
+            f"the warm start runs in one process, not in each of {ranks} ranks: make it first "
+            "(agentfly sft, docs/sft.md) and pass its model with --model and --no-warm-start"
+        )
     folder.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     data = config.data.model_copy(update={"split": "train", "limit": settings.limit})
