@@ -133,6 +133,17 @@ def test_a_training_run_moves_up_a_level_and_resumes_there(tiny_model, tmp_path)
     assert {t.task["kind"] for t in step5} == {"mul"}  # the window carried over the resume
 
 
+def test_rows_outside_the_levels_are_counted_and_the_run_says_so(tiny_model, tmp_path):
+    assert CurriculumStream(ROWS, settings(levels=[1, 2])).unlevelled == 10
+    result = agentfly(
+        "train", "calculator", "--model", tiny_model, "--out", tmp_path / "run", "--steps", "1",
+        "--set", "trainer.tasks_per_step=1", "--set", "rollout.n=2",
+        "--set", "trainer.curriculum={field: kind, levels: [add, sub]}",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "training rows have no kind among the levels add, sub" in result.output
+
+
 def test_an_unknown_curriculum_field_stops_the_run_in_one_line(tiny_model, tmp_path):
     result = agentfly(
         "train", "calculator", "--model", tiny_model, "--out", tmp_path / "run", "--quiet",

@@ -141,6 +141,12 @@ class Trainer:
         self.stream = task_stream(
             split.train, settings.curriculum, seed=settings.seed, shuffle=settings.shuffle
         )
+        if getattr(self.stream, "unlevelled", 0):
+            split.notes.append(
+                f"trainer.curriculum: {self.stream.unlevelled} training rows have no "
+                f"{settings.curriculum.field} among the levels {', '.join(self.stream.levels)} "
+                "and are never trained on"
+            )
         if split.eval and self.train.is_main:
             self.held_out.write_tasks(self.run_dir)
         self.reference = self._load_reference() if alg.needs_reference(self.algo) else None
