@@ -33,6 +33,7 @@ import math
 import os
 import shlex
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -119,13 +120,9 @@ def task_means(trajectory_file: Path) -> dict[str, float]:
 def held_out_point(means: dict[str, float], metrics: dict[str, Any]) -> dict[str, Any]:
     """Mean, standard error over tasks, and pass@k of one held-out evaluation."""
     values = list(means.values())
-    mean = sum(values) / len(values)
-    spread = (
-        math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1) / len(values))
-        if len(values) > 1
-        else 0.0
-    )
-    point = {"mean": round(mean, 4), "stderr": round(spread, 4), "tasks": len(values)}
+    spread = statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else 0.0
+    point = {"mean": round(statistics.fmean(values), 4), "stderr": round(spread, 4)}
+    point["tasks"] = len(values)
     point.update({k: round(v, 4) for k, v in metrics.items() if k.startswith("pass@")})
     return point
 
@@ -139,9 +136,14 @@ def finished_eval(path: Path) -> dict[str, Any] | None:
     return printed if isinstance(printed, dict) and "eval" in printed else None
 
 
-def read_base(run: Path, printed: dict[str, Any]) -> dict[str, Any]:
-    overall = printed["eval"]["overall"]
-    means = task_means(run / "base_eval.jsonl")
+def read_base(printed: dict[str, Any]) -> dict[str, Any]:
+    """The base point from what ``agentfly eval --json`` printed: its per-task mean@n rows."""
+    report = printed["eval"]
+    overall, mean_key = report["overall"], f"mean@{report['overall']['n']}"
+    means = {
+        str(row["task_index"] if row.get("id") is None else row["id"]): row[mean_key]
+        for row in report["tasks"]
+    }
     return held_out_point(means, {k: v for k, v in overall.items() if k.startswith("pass@")})
 
 
@@ -236,7 +238,7 @@ def run_recipe(
             "done": True,
             "command": shown(command),
             "seconds": printed["summary"]["wall_s"],
-            **read_base(run, printed),
+            **read_base(printed),
         }
         save()
     train = phases.setdefault("train", {"attempts": []})
@@ -285,10 +287,15 @@ def _point(point: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in point.items() if k in keep or k.startswith("pass@")}
 
 
+def largest_k(point: dict[str, Any]) -> int:
+    """The largest k of the point's pass@k values (0 without any)."""
+    return max((int(key.split("@")[1]) for key in point if key.startswith("pass@")), default=0)
+
+
 def _cell(point: dict[str, Any] | None) -> str:
     if not point:
         return "-"
-    k = max((int(key.split("@")[1]) for key in point if key.startswith("pass@")), default=None)
+    k = largest_k(point)
     pass_k = f" (pass@{k} {point[f'pass@{k}']:.2f})" if k else ""
     return f"{point['mean']:.3f} ± {point['stderr']:.3f}{pass_k}"
 
@@ -359,7 +366,7 @@ def plot(recipe: str, row: dict[str, Any], out: Path) -> Path | None:
         label="held-out mean reward"
         + (" (step 0: after warm start)" if "warm_start" in train else ""),
     )
-    k = max((int(key.split("@")[1]) for key in curve[0] if key.startswith("pass@")), default=0)
+    k = largest_k(curve[0])
     if k > 1:
         axis.plot(
             [p["step"] for p in curve],
