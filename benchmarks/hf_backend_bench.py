@@ -1,7 +1,7 @@
 """The hf backend's continuous batching against plain transformers ``generate``. Prints JSON.
 
   python benchmarks/hf_backend_bench.py [--model tiny|smollm2|qwen-0.5b-random|PATH]
-      [--device cpu|cuda] [--dtype float32|bfloat16] [--requests 64] [--max-tokens 64]
+      [--device cpu|cuda] [--dtype float32|bfloat16] [--requests 64 [128 ...]] [--max-tokens 64]
 
 Three ways to produce ``requests`` responses of exactly ``max-tokens`` tokens (no stop ids):
 the hf backend with all requests concurrent, ``model.generate`` one request at a time (what a
@@ -61,57 +61,71 @@ def _prompts(tokenizer, count: int) -> list[list[int]]:
 
 
 def run(model: str, device: str, dtype: str, requests: int, max_tokens: int) -> dict:
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    """One model, one request count (see :func:`run_many`)."""
+    return run_many(model, device, dtype, [requests], max_tokens)[0]
 
-    from agentfly_cli.rollout.backends.base import BackendConfig, SamplingParams
-    from agentfly_cli.rollout.backends.hf import HFBackend
+
+def run_many(model: str, device: str, dtype: str, counts: list[int], max_tokens: int) -> list:
+    """One result per request count; the model folder is built once."""
+    from transformers import AutoTokenizer
 
     with tempfile.TemporaryDirectory() as scratch:
         folder = _model_folder(model, Path(scratch))
         tokenizer = AutoTokenizer.from_pretrained(folder)
-        prompts = _prompts(tokenizer, requests)
-        config = BackendConfig(name="hf", model=folder, device=device, dtype=dtype)
-        backend = HFBackend(config, tokenizer)
-        backend.eos_ids = frozenset()  # every response runs to max_tokens
-        params = SamplingParams(max_tokens=max_tokens, temperature=1.0, seed=1)
+        return [
+            _measure(model, folder, tokenizer, device, dtype, requests, max_tokens)
+            for requests in counts
+        ]
 
-        async def concurrent() -> float:
-            started = time.perf_counter()
-            results = await asyncio.gather(*(backend.generate(p, params) for p in prompts))
-            assert all(len(r.token_ids) == max_tokens for r in results)
-            return time.perf_counter() - started
 
-        async def both() -> tuple[float, float]:
-            await backend.generate(prompts[0], SamplingParams(max_tokens=4))  # warm-up
-            wall = await concurrent()
-            await backend.close()
-            return wall
+def _measure(model, folder, tokenizer, device, dtype, requests, max_tokens) -> dict:
+    import torch
 
-        hf_model: AutoModelForCausalLM = backend.model
-        backend_device, backend_dtype, pad_id = backend.device, backend.dtype, backend.pad_id
-        backend_s = asyncio.run(both())
-        options = dict(
-            max_new_tokens=max_tokens,
-            min_new_tokens=max_tokens,
-            do_sample=True,
-            pad_token_id=pad_id,
-        )
-        sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
-        one = min(requests, 8)  # sequential generate is slow: time a few, scale up
+    from agentfly_cli.rollout.backends.base import BackendConfig, SamplingParams
+    from agentfly_cli.rollout.backends.hf import HFBackend
+
+    prompts = _prompts(tokenizer, requests)
+    config = BackendConfig(name="hf", model=folder, device=device, dtype=dtype)
+    backend = HFBackend(config, tokenizer)
+    backend.eos_ids = frozenset()  # every response runs to max_tokens
+    params = SamplingParams(max_tokens=max_tokens, temperature=1.0, seed=1)
+
+    async def concurrent() -> float:
         started = time.perf_counter()
-        with torch.inference_mode():
-            for p in prompts[:one]:
-                hf_model.generate(torch.tensor([p], device=backend_device), **options)
-        sync()
-        sequential_s = (time.perf_counter() - started) * requests / one
-        tokenizer.padding_side = "left"
-        batch = tokenizer.pad({"input_ids": prompts}, return_tensors="pt").to(backend_device)
-        started = time.perf_counter()
-        with torch.inference_mode():
-            hf_model.generate(**batch, **options)
-        sync()
-        batched_s = time.perf_counter() - started
+        results = await asyncio.gather(*(backend.generate(p, params) for p in prompts))
+        assert all(len(r.token_ids) == max_tokens for r in results)
+        return time.perf_counter() - started
+
+    async def both() -> float:
+        await backend.generate(prompts[0], SamplingParams(max_tokens=4))  # warm-up
+        wall = await concurrent()
+        await backend.close()
+        return wall
+
+    hf_model = backend.model
+    backend_device, backend_dtype, pad_id = backend.device, backend.dtype, backend.pad_id
+    backend_s = asyncio.run(both())
+    options = dict(
+        max_new_tokens=max_tokens,
+        min_new_tokens=max_tokens,
+        do_sample=True,
+        pad_token_id=pad_id,
+    )
+    sync = torch.cuda.synchronize if str(backend_device).startswith("cuda") else (lambda: None)
+    one = min(requests, 8)  # sequential generate is slow: time a few, scale up
+    started = time.perf_counter()
+    with torch.inference_mode():
+        for p in prompts[:one]:
+            hf_model.generate(torch.tensor([p], device=backend_device), **options)
+    sync()
+    sequential_s = (time.perf_counter() - started) * requests / one
+    tokenizer.padding_side = "left"
+    batch = tokenizer.pad({"input_ids": prompts}, return_tensors="pt").to(backend_device)
+    started = time.perf_counter()
+    with torch.inference_mode():
+        hf_model.generate(**batch, **options)
+    sync()
+    batched_s = time.perf_counter() - started
     tokens = requests * max_tokens
     return {
         "benchmark": "hf_backend_bench",
@@ -142,12 +156,16 @@ def main() -> None:
     parser.add_argument("--model", default="tiny")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dtype", default="auto")
-    parser.add_argument("--requests", type=int, default=64)
+    parser.add_argument(
+        "--requests", type=int, nargs="+", default=[64], help="one or more request counts"
+    )
     parser.add_argument("--max-tokens", type=int, default=64)
     args = parser.parse_args()
     print(
         json.dumps(
-            run(args.model, args.device, args.dtype, args.requests, args.max_tokens),
+            run_many(args.model, args.device, args.dtype, args.requests, args.max_tokens)
+            if len(args.requests) > 1
+            else run(args.model, args.device, args.dtype, args.requests[0], args.max_tokens),
             indent=2,
             default=str,
         )

@@ -14,7 +14,7 @@ peak cannot be reset, the ``ru_maxrss`` delta is used instead (a lower bound). O
 ``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats``, minus the memory
 allocated before the pass.
 
-Run: python benchmarks/logprob_memory_bench.py [--out FILE.json]
+Run: python benchmarks/logprob_memory_bench.py [--dtype float32|bfloat16] [--out FILE.json]
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ VOCAB = 151_936  # Qwen2/Qwen3
 CONFIG = {"vocab": VOCAB, "hidden": 256, "layers": 2, "batch": 8, "seq": 512, "prompt": 256}
 
 
-def build(device: str):
+def build(device: str, dtype: str = "float32"):
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -48,7 +48,7 @@ def build(device: str):
         head_dim=64,
         tie_word_embeddings=True,
     )
-    model = Qwen2ForCausalLM(config).to(device)
+    model = Qwen2ForCausalLM(config).to(device=device, dtype=getattr(torch, dtype))
     batch, seq, prompt = CONFIG["batch"], CONFIG["seq"], CONFIG["prompt"]
     ids = torch.randint(0, CONFIG["vocab"], (batch, seq), device=device)
     mask = torch.zeros(batch, seq, dtype=torch.bool, device=device)
@@ -118,9 +118,9 @@ class PeakMeter:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - self.base
 
 
-def run_variant(name: str, device: str) -> dict:
+def run_variant(name: str, device: str, dtype: str = "float32") -> dict:
     """One variant in this process: the peak extra memory of one forward + backward."""
-    model, ids, mask = build(device)
+    model, ids, mask = build(device, dtype)
     function = {"naive": naive, "chunked": chunked}[name]
     # warm-up on a small slice: gradient buffers and lazy init, without the full peak
     function(model, ids[:1, -64:], mask[:1, -64:]).sum().backward()
@@ -144,6 +144,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="also write the JSON here")
     parser.add_argument("--variant", help=argparse.SUPPRESS)  # internal: one subprocess
+    parser.add_argument(
+        "--dtype", default="float32", choices=["float32", "bfloat16"], help="model dtype"
+    )
     args = parser.parse_args()
     import torch
 
@@ -151,12 +154,12 @@ def main() -> int:
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.variant:
-        print(json.dumps(run_variant(args.variant, device)))
+        print(json.dumps(run_variant(args.variant, device, args.dtype)))
         return 0
     results = {}
     for name in ("naive", "chunked"):
         done = subprocess.run(
-            [sys.executable, __file__, "--variant", name],
+            [sys.executable, __file__, "--variant", name, "--dtype", args.dtype],
             capture_output=True,
             text=True,
             check=True,
@@ -177,7 +180,7 @@ def main() -> int:
             "torch": torch.__version__,
             "threads": torch.get_num_threads(),
         },
-        "config": {**CONFIG, "dtype": "float32", "tie_embeddings": True},
+        "config": {**CONFIG, "dtype": args.dtype, "tie_embeddings": True},
         "method": "peak extra memory of one forward + backward of the summed trained-token "
         "logprobs, each variant in a fresh process after a small warm-up pass; "
         + results["naive"]["how"],

@@ -32,6 +32,11 @@ def one_line_error(result, *fragments: str) -> str:
     return lines[0]
 
 
+def says_at_least_one(line: str) -> bool:
+    """Click's wording of a range error: this Typer's, or an older one's (seen on a GPU box)."""
+    return "greater than or equal to 1" in line or "not in the range x>=1" in line
+
+
 @pytest.fixture
 def weights_loads(monkeypatch) -> list[str]:
     """Every from_pretrained of model weights during the test (should stay empty)."""
@@ -123,14 +128,14 @@ def test_counts_below_one_are_one_line(good, model_loads, command, flag, value):
     data = good[0]
     result = agentfly(command, "--model", "tiny", "--data", data, flag, value)
     line = one_line_error(result, flag, f"agentfly {command} --help")
-    assert "greater than or equal to 1" in line or "integer" in line
+    assert says_at_least_one(line) or "integer" in line or "valid int" in line
     assert model_loads == []
 
 
 def test_sft_epochs_and_batch_size_below_one(good, tmp_path, model_loads):
     for flag in ("--epochs", "--batch-size"):
         result = agentfly("sft", good[0], "--out", tmp_path / "run", flag, "0")
-        one_line_error(result, flag, "greater than or equal to 1")
+        assert says_at_least_one(one_line_error(result, flag))
     assert model_loads == []
 
 

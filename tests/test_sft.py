@@ -117,15 +117,18 @@ def test_the_loss_is_the_cross_entropy_of_the_masked_tokens_only(tiny_model, dem
     (plan,) = plan_micro_batches(rows, range(6), max_tokens=4096)
     assert plan.batch.repeats.tolist() == [6]  # one prefix pass for the three tasks' chains
     assert plan.batch.prefix_ids.shape[1] >= 16
-    settings = build_settings(["backend.total_steps=1"], micro_batch_tokens=256)
+    # float32 on any device (a GPU's auto is bfloat16, too coarse for rel=1e-4)
+    settings = build_settings(
+        ["backend.total_steps=1", "backend.dtype=float32"], micro_batch_tokens=256
+    )
     runner = SFTRunner(tiny_model, settings)
     total, count = 0.0, 0
     with torch.no_grad():
         for t in chains:
-            ids = torch.tensor([t.ids])
+            ids = torch.tensor([t.ids], device=runner.train.device)
             logits = runner.train.model(input_ids=ids).logits[0, :-1].float()
             logprobs = torch.log_softmax(logits, -1).gather(1, ids[0, 1:, None])[:, 0]
-            trained = torch.tensor(t.loss_mask[1:], dtype=torch.bool)
+            trained = torch.tensor(t.loss_mask[1:], dtype=torch.bool, device=ids.device)
             total -= float(logprobs[trained].sum())
             count += int(trained.sum())
     assert count == sum(sum(t.loss_mask) for t in chains)

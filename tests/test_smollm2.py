@@ -97,3 +97,31 @@ def test_hf_backend_answers_two_plus_two(smollm2, ours):
     gen = asyncio.run(go())
     assert gen.finish_reason == "stop" and gen.token_ids[-1] == tokenizer.eos_token_id
     assert "4" in tokenizer.decode(gen.token_ids)
+
+
+def test_a_gguf_read_with_another_eos_still_ends_turns_at_im_end(tmp_path, monkeypatch):
+    """transformers 5.17 reads SmolLM2's GGUF with eos <|im_start|> (5.19: <|im_end|>); the
+    conversion must end turns at <|im_end|> either way (seen on a GPU machine, 2026-11-26)."""
+    import transformers
+
+    from agentfly_cli.models import smollm2
+    from agentfly_cli.models.tiny import build_tokenizer
+
+    tokenizer = build_tokenizer(tmp_path)  # ChatML tokens and a chat template, as SmolLM2's
+    tokenizer.eos_token = "<|im_start|>"
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: tokenizer)
+    loaded = smollm2._load_tokenizer(tmp_path / "model.gguf")
+    assert loaded.eos_token == "<|im_end|>"
+
+
+def test_a_gguf_tokenizer_without_the_chat_template_is_refused(tmp_path, monkeypatch):
+    import transformers
+
+    from agentfly_cli.models import smollm2
+    from agentfly_cli.models.tiny import build_tokenizer
+
+    tokenizer = build_tokenizer(tmp_path)
+    tokenizer.chat_template = None
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: tokenizer)
+    with pytest.raises(RuntimeError, match="chat template missing"):
+        smollm2._load_tokenizer(tmp_path / "model.gguf")

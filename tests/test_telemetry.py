@@ -416,3 +416,28 @@ def test_no_kl_column_when_the_run_has_no_kl(tmp_path):
         ) as telemetry:  # fmt: skip
             telemetry.log(1, {"reward/mean": 0.5, "entropy": 0.1})
             assert (" kl " in telemetry.live_text()) is kl
+
+
+def test_gpu_memory_metrics_read_and_reset_the_cuda_peak(monkeypatch):
+    from agentfly_cli.train.metrics import gpu_memory_metrics
+
+    resets = []
+    cuda = types.SimpleNamespace(
+        is_initialized=lambda: True,
+        max_memory_allocated=lambda: 3 * 2**29,
+        reset_peak_memory_stats=lambda: resets.append(1),
+    )
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    assert gpu_memory_metrics() == {"memory/gpu_peak_gib": 1.5}
+    assert resets == [1]  # each step reports its own peak
+
+
+def test_gpu_memory_metrics_are_empty_and_start_nothing_without_cuda(monkeypatch):
+    import torch  # noqa: F401 (imported, CUDA never initialised)
+
+    from agentfly_cli.train.metrics import gpu_memory_metrics
+
+    assert gpu_memory_metrics() == {}  # this machine: CUDA never initialised
+    monkeypatch.delitem(sys.modules, "torch")
+    assert gpu_memory_metrics() == {}  # torch not imported: not imported here either
+    assert "torch" not in sys.modules

@@ -24,7 +24,7 @@ from agentfly_cli.train.evaluation import (
 )
 from agentfly_cli.train.settings import EvalSettings
 from agentfly_cli.train.trainer import Trainer
-from tests.test_trainer import make_config, recipe, weights  # noqa: F401 (fixture)
+from tests.test_trainer import ON_CPU, make_config, recipe, weights  # noqa: F401 (fixture)
 
 ROWS = [{"id": f"t{i}", "question": f"q{i}", "split": "test" if i % 4 == 0 else "train"}
         for i in range(20)]  # fmt: skip
@@ -171,7 +171,7 @@ def test_trainer_evaluates_held_out_tasks_at_start_every_and_end(recipe, tmp_pat
 
 def test_resume_with_eval_repeats_nothing_and_matches_a_straight_run(recipe, tmp_path):  # noqa: F811
     straight = tmp_path / "straight"
-    config = make_config(recipe, "trainer.steps=4", "trainer.save_every=2", *EVAL_SETS)
+    config = make_config(recipe, "trainer.steps=4", "trainer.save_every=2", *EVAL_SETS, *ON_CPU)
     Trainer(config, run_dir=straight, console=False).fit()
     split = tmp_path / "split"
     Trainer(config, run_dir=split, console=False).fit(stop_after=2)

@@ -47,6 +47,10 @@ def prepared_batch(recipe, tmp_path, temperature, *sets):
             "trainer.algorithm.kl_coef=0.1",  # and loads a reference model
             "trainer.telemetry.sinks=[jsonl]",
             "trainer.save_trajectories=false",
+            # float32 on any device: on a GPU `auto` is bfloat16, whose rounding (about 0.01
+            # nats here) would hide what this checks, the temperature
+            "backend.dtype=float32",
+            "trainer.backend.dtype=float32",
             *sets,
         ],
         **recipe,

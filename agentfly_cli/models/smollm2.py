@@ -64,6 +64,10 @@ def _load_tokenizer(gguf: Path):
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    if tokenizer.eos_token != EOS_TOKEN and EOS_TOKEN in tokenizer.get_vocab():
+        # transformers 5.17 reads the GGUF's eos as <|im_start|> (5.19 reads <|im_end|>):
+        # end of turn is <|im_end|> in SmolLM2's own tokenizer_config.json either way
+        tokenizer.eos_token = EOS_TOKEN
     if tokenizer.eos_token != EOS_TOKEN or not tokenizer.chat_template:
         raise RuntimeError(
             f"SmolLM2 conversion: unexpected tokenizer (eos {tokenizer.eos_token!r}, "

@@ -145,3 +145,19 @@ class StepTimer:
         out["time/step_s"] = step
         out["throughput/tokens_per_s"] = tokens / step if step > 0 else 0.0
         return out
+
+
+def gpu_memory_metrics() -> dict[str, float]:
+    """``memory/gpu_peak_gib``: the CUDA allocator's peak since the last call (then reset).
+
+    Empty where torch was not imported or CUDA was never initialised (every CPU run): this
+    never starts CUDA itself.
+    """
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():
+        return {}
+    peak = torch.cuda.max_memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    return {"memory/gpu_peak_gib": peak / 2**30}

@@ -298,7 +298,12 @@ class Trainer:
         return {"updates": float(steps_done), **metrics}
 
     async def _step(self, step: int) -> dict[str, float]:
-        from agentfly_cli.train.metrics import StepTimer, rollout_metrics, total_tokens
+        from agentfly_cli.train.metrics import (
+            StepTimer,
+            gpu_memory_metrics,
+            rollout_metrics,
+            total_tokens,
+        )
 
         timer = StepTimer()
         picked = self.stream.take(self.settings.tasks_per_step)
@@ -318,6 +323,7 @@ class Trainer:
         with timer.section("sync"):
             await self._sync_weights()
         metrics.update(timer.metrics(total_tokens(trajectories) * self.train.world_size))
+        metrics.update(gpu_memory_metrics())  # CUDA runs: the step's peak allocated memory
         metrics.update(self.stream.metrics())  # data/position (and curriculum/level)
         metrics.update(self.engine.envs.metrics())  # env pool gauges and counters
         return distributed.combine_metrics(metrics)

