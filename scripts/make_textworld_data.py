@@ -13,7 +13,7 @@ with the full score.
   ``question`` (objective and first room, the user message), ``max_score``, ``walkthrough``.
 
 Needs ``textworld`` (``pip install 'agentfly-cli[tasks]'``). About 1 s per game on one core.
-Run: python scripts/make_textworld_data.py [--count 48] [--jobs 2]
+Run: python scripts/make_textworld_data.py [--count 240] [--jobs 2]
 """
 
 from __future__ import annotations
@@ -276,7 +276,7 @@ def main() -> None:
         os.environ["PYTHONHASHSEED"] = "0"
         os.execv(sys.executable, [sys.executable, *sys.argv])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--count", type=int, default=48)
+    parser.add_argument("--count", type=int, default=240)
     parser.add_argument("--jobs", type=int, default=2)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:

@@ -214,9 +214,9 @@ def test_recipes_show_lists_the_data_and_what_where_can_select():
     assert info["config"]["tools"] == ["python", "answer"]
     human = agentfly("recipes", "show", "textworld")
     assert human.exit_code == 0, human.output
-    for text in ("tw_act", "textworld_score", "--where level=...", "easy (16)"):
+    for text in ("tw_act", "textworld_score", "--where level=...", "easy (80)"):
         assert text in human.stdout, text
-    assert re.search(r"│ rows\s+│ 48\s", human.stdout), human.stdout
+    assert re.search(r"│ rows\s+│ 240\s", human.stdout), human.stdout
 
 
 def test_recipes_show_a_plugin_recipe_without_data(make_plugin, tmp_path):
