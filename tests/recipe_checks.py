@@ -64,6 +64,42 @@ def check_short_training_run(recipe: str, tiny_model: Path, tmp_path: Path, *fla
     assert all(0.0 <= line["reward/mean"] <= 1.0 for line in lines)
 
 
+def check_warm_start_plays_solutions(
+    recipe: str, tiny_model: Path, tmp_path: Path, limit: int, *flags: str
+) -> list:
+    """The recipe's default warm start on the tiny model: its packaged solutions of the first
+    ``limit`` training tasks are played in the real env and every one scores 1.0; no held-out
+    task is among them; then one RL step runs from the fine-tuned model. Returns the chains."""
+    from agentfly_cli.config import load_config
+    from agentfly_cli.rollout.tasks import load_tasks
+
+    data = load_config(recipe).data
+    split = {"holdout": data.holdout, "holdout_seed": data.holdout_seed}
+    train = load_tasks(data.path, side="train", **split)
+    held = {row["id"] for row in load_tasks(data.path, side="heldout", **split)}
+    run = tmp_path / "run"
+    result = agentfly(
+        "train", recipe, "--model", tiny_model, "--out", run, "--quiet",
+        "--set", f"trainer.warm_start.limit={limit}",
+        "--set", f"trainer.warm_start.batch_size={limit}",
+        "--set", "trainer.steps=1", "--set", "trainer.tasks_per_step=1", "--set", "rollout.n=2",
+        "--set", "trainer.eval.every=0", *flags,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    chains = read_trajectories(run / "warm_start" / "chains.jsonl")
+    assert [c.task["id"] for c in chains] == [row["id"] for row in train[:limit]]
+    assert not {c.task["id"] for c in chains} & held
+    assert [c.reward for c in chains] == [1.0] * limit, [c.reward for c in chains]
+    resolved = json.loads((run / "config.json").read_text())
+    assert resolved["model"] == str(run / "warm_start" / "model")  # RL from the fine-tuned model
+    return chains
+
+
+# The tiny model's BPE spends several times SmolLM2's tokens on a line: a scripted solution
+# line cut at the recipe's max_tokens_per_turn (24) would end its chain ("length").
+TINY_TURN = ("--set", "rollout.max_tokens_per_turn=96")
+
+
 def budget(max_total_tokens: int) -> list[str]:
     """The flag of a trajectory's token budget (the tiny model's tokenizer spends more)."""
     return ["--set", f"rollout.max_total_tokens={max_total_tokens}"]

@@ -18,8 +18,10 @@ import pytest
 import agentfly_cli
 from agentfly_cli.errors import UserError
 from tests.recipe_checks import (
+    TINY_TURN,
     check_short_training_run,
     check_tiny_model_rollout,
+    check_warm_start_plays_solutions,
     json_call,
     scripted_rollout,
 )
@@ -89,7 +91,7 @@ def gold(sim, row) -> list[str]:
 
 # -- data ----------------------------------------------------------------------------------------
 def test_packaged_tasks_are_short_scienceworld_tasks(sim):
-    assert len(ROWS) == 110 and len({r["id"] for r in ROWS}) == len(ROWS)
+    assert len(ROWS) == 260 and len({r["id"] for r in ROWS}) == len(ROWS)
     assert len({(r["task_name"], r["variation"]) for r in ROWS}) == len(ROWS)
     names = set(sim.task_names)
     for row in ROWS:
@@ -365,6 +367,23 @@ def test_tiny_model_rollout_gives_valid_trajectories(tiny_model, tmp_path):
 
 def test_short_training_run_completes(tiny_model, tmp_path):
     check_short_training_run("scienceworld", tiny_model, tmp_path, *SMALL_ENVS)
+
+
+def test_every_row_has_a_gold_path_without_numbered_answers():
+    """The warm start plays ``solution``; an answer to an ambiguity prompt by number would mean
+    another object in another JVM, so the data script never stores one."""
+    for row in ROWS:
+        assert 1 <= len(row["solution"]) <= 8, row["id"]  # teleporting, not walking
+        assert all(isinstance(a, str) and a and not a.strip().isdigit() for a in row["solution"])
+
+
+def test_the_default_warm_start_plays_gold_paths_to_the_full_score(tiny_model, tmp_path):
+    """Stored gold paths replayed in a fresh JVM (not the one that planned them) score 1.0."""
+    flags = ("--set", "rollout.max_total_tokens=16384", *SMALL_ENVS[2:], *TINY_TURN)
+    chains = check_warm_start_plays_solutions("scienceworld", tiny_model, tmp_path, 3, *flags)
+    for chain in chains:
+        solution = next(r["solution"] for r in ROWS if r["id"] == chain.task["id"])
+        assert [c.arguments["action"] for c in chain.tool_calls] == solution
 
 
 def test_all_tools_through_json_tool_calls(tiny_model, tmp_path, sim):

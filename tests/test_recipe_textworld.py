@@ -13,10 +13,12 @@ import pytest
 
 from agentfly_cli.errors import UserError
 from tests.recipe_checks import (
+    TINY_TURN,
     budget,
     check_packaged_solutions_score,
     check_short_training_run,
     check_tiny_model_rollout,
+    check_warm_start_plays_solutions,
     json_call,
     needs_smollm2,
     scripted_rollout,
@@ -355,6 +357,15 @@ def test_tiny_model_rollout_gives_valid_trajectories(tiny_model, tmp_path):
 
 def test_short_training_run_completes(tiny_model, tmp_path):
     check_short_training_run("textworld", tiny_model, tmp_path, *budget(4096))
+
+
+def test_the_default_warm_start_plays_the_walkthroughs_of_training_games(tiny_model, tmp_path):
+    chains = check_warm_start_plays_solutions(
+        "textworld", tiny_model, tmp_path, 3, *budget(8192), *TINY_TURN
+    )
+    for chain in chains:
+        walkthrough = next(r["walkthrough"] for r in ROWS if r["id"] == chain.task["id"])
+        assert [c.arguments["command"] for c in chain.tool_calls] == walkthrough
 
 
 def test_all_four_tools_through_json_tool_calls(tiny_model, tmp_path):

@@ -71,7 +71,7 @@ def test_search_qa_warm_starts_on_training_tasks_only_then_trains(tiny_model, tm
 
 def test_a_recipe_without_solutions_says_so(tiny_model, tmp_path):
     result = agentfly(
-        "train", "scienceworld", "--model", tiny_model, "--out", tmp_path / "run", "--quiet",
+        "train", "calculator", "--model", tiny_model, "--out", tmp_path / "run", "--quiet",
         "--warm-start",
     )  # fmt: skip
     assert result.exit_code == 2, result.output
