@@ -14,11 +14,11 @@ seeded variations from ScienceWorld's own train split, all with the ``easy`` sim
 Each task is played once along ScienceWorld's gold action sequence (``generateGoldPath``)
 before it is kept: it must reach the full score. Its walks between rooms are then replaced by
 teleports where the shorter path still reaches the full score, and that path is the row's
-``solution`` (the recipe's warm start plays it). Everything else written is the same on every run: the solution
-may differ, since ScienceWorld's planner picks among equally good targets (the dove or the blue
-jay egg) and not always the same one, and the first observation (the user message, after the
-task description) has its lists sorted (ScienceWorld lists things of one kind, such as three
-cups of paint, in an order that differs between runs).
+``solution`` (the recipe's warm start plays it). Everything else written is the same on every
+run: the solution may differ, since ScienceWorld's planner picks among equally good targets
+(the dove or the blue jay egg) and not always the same one, and the first observation (the user
+message, after the task description) has its lists sorted (ScienceWorld lists things of one
+kind, such as three cups of paint, in an order that differs between runs).
 
 ``--walkthrough FILE`` also writes the gold paths as a script for
 ``agentfly rollout scienceworld --backend scripted --script FILE``.
