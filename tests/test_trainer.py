@@ -48,8 +48,9 @@ def recipe(tmp_path, tiny_model):
 
 
 # Bitwise equality of weights across a resume is a CPU guarantee: on a GPU (H100, 2026-11-26)
-# the resumed run's weights differed, as CUDA's atomics-based kernels (index_add_, embedding
-# backward) are not deterministic. These tests check the bookkeeping, so they run on the CPU.
+# the resumed run's weights differed, most likely through CUDA's nondeterministic atomics
+# (index_add_, embedding backward; not yet confirmed, docs/gpu.md). These tests check the
+# bookkeeping, so they run on the CPU.
 ON_CPU = ("trainer.backend.device=cpu", "backend.device=cpu")
 
 
