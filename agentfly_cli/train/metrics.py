@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -153,8 +154,6 @@ def gpu_memory_metrics() -> dict[str, float]:
     Empty where torch was not imported or CUDA was never initialised (every CPU run): this
     never starts CUDA itself.
     """
-    import sys
-
     torch = sys.modules.get("torch")
     if torch is None or not torch.cuda.is_initialized():
         return {}
