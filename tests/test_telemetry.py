@@ -433,11 +433,14 @@ def test_gpu_memory_metrics_read_and_reset_the_cuda_peak(monkeypatch):
 
 
 def test_gpu_memory_metrics_are_empty_and_start_nothing_without_cuda(monkeypatch):
-    import torch  # noqa: F401 (imported, CUDA never initialised)
+    import torch
 
     from agentfly_cli.train.metrics import gpu_memory_metrics
 
-    assert gpu_memory_metrics() == {}  # this machine: CUDA never initialised
+    # torch imported, CUDA never initialised (on a GPU machine other tests in this process may
+    # have initialised it: hide that)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    assert gpu_memory_metrics() == {}
     monkeypatch.delitem(sys.modules, "torch")
     assert gpu_memory_metrics() == {}  # torch not imported: not imported here either
     assert "torch" not in sys.modules

@@ -25,6 +25,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from agentfly_cli.deadlines import within
 from agentfly_cli.envs.base import EnvSpec
 from agentfly_cli.envs.lease_limit import LeaseClock
 from agentfly_cli.envs.providers.base import EnvHandle, EnvProvider
@@ -299,8 +300,8 @@ class EnvPool:
         self._returning.add(handle)
         healthy, cancelled = False, False
         try:
-            await asyncio.wait_for(handle.reset(None), self.settings.reset_timeout)
-            healthy = bool(await asyncio.wait_for(handle.healthy(), self.settings.health_timeout))
+            await within(handle.reset(None), self.settings.reset_timeout)
+            healthy = bool(await within(handle.healthy(), self.settings.health_timeout))
         except asyncio.CancelledError:
             cancelled = True
         except Exception as exc:  # a failing reset or health check means: replace it
