@@ -151,12 +151,19 @@ def test_parse_move_takes_san_and_uci():
         parse_move(board, "Qh5")
 
 
-def test_board_text_and_legal_moves_hide_checks():
+def test_board_text_and_legal_moves_list_checks_first_without_giving_mates_away():
     board = chess.Board(M1["fen"])
     text = chess_env.render_board(board)
     assert text.splitlines()[0].startswith("8 ") and text.splitlines()[-1] == "  a b c d e f g h"
     sans = chess_env.legal_sans(board)
-    assert len(sans) == M1["legal_moves"] and not any(s.endswith(("+", "#")) for s in sans)
+    assert len(sans) == M1["legal_moves"] and not any("#" in s for s in sans)
+    checking = {board.san(m).rstrip("+#") + "+" for m in board.legal_moves if board.gives_check(m)}
+    assert checking and set(sans[: len(checking)]) == checking  # checks first, all marked +
+    assert not any(s.endswith("+") for s in sans[len(checking) :])
+    mate = board.san(chess.Move.from_uci(M1["solution"][0]))
+    assert mate.endswith("#") and mate[:-1] + "+" in sans  # the mate reads as a check
+    # a move copied from the list, mark and all, is understood
+    assert parse_move(board, mate[:-1] + "+") == chess.Move.from_uci(M1["solution"][0])
 
 
 # -- the env and its tools -----------------------------------------------------------------------
