@@ -48,6 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ["code_math", "search_qa", "chess_puzzles", "textworld", "scienceworld", "calculator"]
 EVAL_N = 4  # chains per held-out task, as the trainer's held-out eval (trainer.eval.n)
 EVAL_EVERY = 10  # held-out evals of a training run: before it, every 10 steps and after it
+SAVE_EVERY = 5  # checkpoints, so that a run cut by the end of a session resumes (--resume)
 TABLE_FILE = "learning_table.json"
 MARKDOWN_FILE = "learning_table.md"
 DOC_PAGE = ROOT / "docs" / "learning.md"
@@ -84,7 +85,8 @@ def train_command(
 ) -> list[str]:
     return agentfly_command(
         "train", recipe, "--out", str(run / "train"), "--quiet", "--json",
-        *(["--resume"] if resume else []), "--set", f"trainer.eval.every={eval_every}", *extra,
+        *(["--resume"] if resume else []), "--set", f"trainer.eval.every={eval_every}",
+        "--set", f"trainer.save_every={SAVE_EVERY}", *extra,
     )  # fmt: skip
 
 
