@@ -26,7 +26,7 @@ def test_version():
 def test_help_lists_the_command_groups():
     result = agentfly("--help")
     assert result.exit_code == 0
-    for command in ("plugins", "tools", "rewards", "envs", "recipes"):
+    for command in ("plugins", "tools", "rewards", "env", "recipes"):
         assert command in result.stdout
 
 
@@ -183,13 +183,26 @@ def test_rewards_call():
     assert "unknown reward" in one_line_error(agentfly("rewards", "call", "nope", "-p", "1"))
 
 
-def test_envs_list():
-    result = agentfly("envs", "list", "--json")
+def test_env_list_shows_the_registered_kinds():
+    result = agentfly("env", "list", "--json")
     envs = {item["name"]: item for item in json.loads(result.stdout)}
     assert envs["scratchpad"]["tools"] == ["notes_list", "notes_read", "notes_write"]
     assert envs["scratchpad"]["plugin"] == "builtin_envs"
     assert "factory" not in envs["scratchpad"]
-    assert "scratchpad" in agentfly("envs", "list").stdout
+    assert "scratchpad" in agentfly("env", "list").stdout
+
+
+def test_env_is_the_one_noun_and_the_first_names_still_work_unlisted():
+    top = agentfly("--help").stdout
+    assert re.search(r"\benv\b", top) and not re.search(r"\benvs\b", top)
+    group = agentfly("env", "--help").stdout
+    for command in ("list", "up", "servers", "down"):
+        assert re.search(rf"\b{command}\b", group), command
+    assert not re.search(r"\bls\b", group)
+    assert json.loads(agentfly("envs", "list", "--json").stdout) == json.loads(
+        agentfly("env", "list", "--json").stdout
+    )
+    assert agentfly("env", "ls", "--json").exit_code == 0
 
 
 def test_recipes_list_shows_the_packaged_recipes():
@@ -333,7 +346,7 @@ def test_raising_reward_is_a_failed_score_not_a_crash(user_module):
 
 
 def test_every_group_without_a_command_shows_help():
-    for group in ("tools", "rewards", "envs", "recipes"):
+    for group in ("tools", "rewards", "env", "recipes"):
         result = agentfly(group)
         assert "Usage" in result.output and "list" in result.output, group
 

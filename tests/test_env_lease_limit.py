@@ -254,7 +254,7 @@ def test_env_up_takes_a_lease_timeout_and_rejects_bad_ones(tmp_path, monkeypatch
     up = runner.invoke(build_app(), ["env", "up", "scratchpad", "--lease-timeout", "30", "--json"])
     assert up.exit_code == 0, up.output
     try:
-        [row] = json.loads(runner.invoke(build_app(), ["env", "ls", "--json"]).output)
+        [row] = json.loads(runner.invoke(build_app(), ["env", "servers", "--json"]).output)
         assert row["status"] == "ready" and row["stats"]["expired"] == 0
         assert row["settings"]["lease_timeout"] == 30
     finally:

@@ -1,4 +1,4 @@
-"""Pool servers: the wire protocol, leases over connections, and `agentfly env up / ls / down`."""
+"""Pool servers: the wire protocol, leases over connections, and `agentfly env up / servers / down`."""
 
 from __future__ import annotations
 
@@ -181,7 +181,7 @@ def test_env_up_ls_down_and_a_rollout_through_the_server(state_dir, chat_templat
     try:
         again = _cli("env", "up", "scratchpad")
         assert again.exit_code == 2 and "already runs" in again.output
-        [row] = json.loads(_cli("env", "ls", "--json").output)
+        [row] = json.loads(_cli("env", "servers", "--json").output)
         assert (row["status"], row["stats"]["idle"], row["pool_max"]) == ("ready", 2, 2)
 
         def call(name, **arguments):
@@ -213,7 +213,7 @@ def test_env_up_ls_down_and_a_rollout_through_the_server(state_dir, chat_templat
         trajectories = asyncio.run(engine.run(tasks))  # 12 chains share 2 envs, one at a time
         observations = [[c.observation for c in t.tool_calls] for t in trajectories]
         assert observations == [["(no notes)", "saved note 'x' (1 characters)", "t"]] * 12
-        [row] = json.loads(_cli("env", "ls", "--json").output)
+        [row] = json.loads(_cli("env", "servers", "--json").output)
         assert row["stats"]["acquired"] == 12 and row["stats"]["in_use"] == 0
         assert row["stats"]["released"] == 12 and row["stats"]["created"] == 2
     finally:
@@ -224,7 +224,7 @@ def test_env_up_ls_down_and_a_rollout_through_the_server(state_dir, chat_templat
     while pid_alive(record["pid"]) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not pid_alive(record["pid"])
-    assert json.loads(_cli("env", "ls", "--json").output) == []
+    assert json.loads(_cli("env", "servers", "--json").output) == []
     assert not list(state_dir.glob("*.sock"))
 
 
@@ -249,7 +249,7 @@ def test_a_dead_server_is_shown_then_forgotten(state_dir):
     from agentfly_cli.envs.state import ServerRecord, write_record
 
     write_record(ServerRecord(name="ghost", pid=2**22 + 7, address="unix:///nowhere", ready=True))
-    [row] = json.loads(_cli("env", "ls", "--json").output)
+    [row] = json.loads(_cli("env", "servers", "--json").output)
     assert row["status"] == "dead"
-    assert json.loads(_cli("env", "ls", "--json").output) == []
+    assert json.loads(_cli("env", "servers", "--json").output) == []
     assert os.listdir(state_dir) == []

@@ -78,10 +78,10 @@ def test_env_down_never_signals_a_process_that_reused_the_servers_pid(state_dir,
 @pytest.mark.parametrize("kind", ["legacy", "crashed"])
 def test_env_ls_shows_a_reused_pid_as_stale_and_forgets_it(state_dir, bystander, kind):
     write_record(_stale_record(kind, bystander.pid, state_dir))
-    [row] = json.loads(agentfly("env", "ls", "--json").output)
+    [row] = json.loads(agentfly("env", "servers", "--json").output)
     assert row["status"] == "stale", row
     assert f"pid {bystander.pid} now belongs to another process" in row["error"]
-    assert json.loads(agentfly("env", "ls", "--json").output) == []
+    assert json.loads(agentfly("env", "servers", "--json").output) == []
     assert bystander.poll() is None
 
 
@@ -135,7 +135,7 @@ def test_a_record_cannot_make_env_ls_delete_a_file_elsewhere(state_dir, tmp_path
     elsewhere.write_text("keep me")
     record = {"name": "../precious", "pid": 2**22 + 7, "address": f"unix://{elsewhere}"}
     (state_dir / "ghost.json").write_text(json.dumps(record))
-    [row] = json.loads(agentfly("env", "ls", "--json").output)
+    [row] = json.loads(agentfly("env", "servers", "--json").output)
     assert (row["name"], row["status"]) == ("ghost", "dead")  # the file's name is its name
     assert elsewhere.read_text() == "keep me"
     assert os.listdir(state_dir) == []

@@ -1,4 +1,4 @@
-"""`env ls` and `envs list` fit 80 columns without cutting a value (a pid, a name, an address).
+"""`env servers` and `env list` fit 80 columns without cutting a value (a pid, a name, an address).
 
 Each word of each value must appear whole on one line of the output, and no line may pass 80
 columns unless it is one value that is wider than 80 by itself (an address), printed whole.
@@ -84,7 +84,7 @@ def test_env_ls_shows_a_long_pid_whole_in_a_table(monkeypatch):
     rows = [server_row("scratchpad", 4194303, "tcp://127.0.0.1:65535", **stats)]
     rows.append({**server_row("python", 4197, "unix:///tmp/p.sock"), "status": "unresponsive"})
     fake_servers(monkeypatch, rows)
-    shown = agentfly("env", "ls")
+    shown = agentfly("env", "servers")
     assert "┃ name" in shown, f"a table fits here:\n{shown}"
     assert_whole(shown, [v for row in rows for v in row_values(row)])
 
@@ -93,7 +93,7 @@ def test_env_ls_with_a_64_character_name_and_address_drops_to_records(monkeypatc
     address = f"unix://{tmp_path}/{LONG_NAME}.sock"
     rows = [server_row(LONG_NAME, 4194303, address, in_use=3, idle=1, waiting=0, failed=2)]
     fake_servers(monkeypatch, rows)
-    shown = agentfly("env", "ls")
+    shown = agentfly("env", "servers")
     assert "┃" not in shown, f"a table cannot fit a 64-character name here:\n{shown}"
     assert_whole(shown, row_values(rows[0]))
 
@@ -106,7 +106,7 @@ def test_env_ls_shows_a_stale_record_whole(tmp_path, monkeypatch):
             server = "python -m agentfly_cli.envs.server"
             record = ServerRecord(LONG_NAME, bystander.pid, address, start_time=1, cmdline=server)
             write_record(record)
-            shown = agentfly("env", "ls")
+            shown = agentfly("env", "servers")
             message = f"pid {bystander.pid} now belongs to another process"
             assert_whole(shown, [LONG_NAME, "stale", bystander.pid, address, message])
             assert bystander.poll() is None
@@ -115,11 +115,11 @@ def test_env_ls_shows_a_stale_record_whole(tmp_path, monkeypatch):
 
 
 def test_envs_list_fits_80_columns_without_cutting_a_value():
-    items = json.loads(agentfly("envs", "list", "--json"))
+    items = json.loads(agentfly("env", "list", "--json"))
     values = [v for item in items for v in (item["name"], summary(item["description"]))]
     values += [v for item in items for v in (item["plugin"], item["warm_size"], item["pool_max"])]
     values += [tool for item in items for tool in item["tools"]]
-    shown = agentfly("envs", "list")
+    shown = agentfly("env", "list")
     assert "┃ name" in shown, f"the built-in envs fit a table:\n{shown}"
     assert_whole(shown, values)
 

@@ -72,7 +72,7 @@ def build_app(*, with_plugin_commands: bool = True) -> typer.Typer:
     app.command("plugins")(plugins_cmd.plugins)
     app.add_typer(tools_cmd.app, name="tools")
     app.add_typer(rewards_cmd.app, name="rewards")
-    app.add_typer(envs_cmd.app, name="envs")
+    app.add_typer(envs_cmd.app, name="envs", hidden=True)  # the first name of `env list`
     app.add_typer(env_cmd.app, name="env")
     app.add_typer(recipes_cmd.app, name="recipes")
     app.add_typer(models_cmd.app, name="models")

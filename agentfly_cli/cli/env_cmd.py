@@ -1,9 +1,11 @@
-"""``agentfly env up / ls / down``: pool servers that rollouts and training connect to."""
+"""``agentfly env``: the environments. ``env list``: the kinds that are registered;
+``env up / servers / down``: pool servers that rollouts and training connect to."""
 
 from __future__ import annotations
 
 import typer
 
+from agentfly_cli.cli.envs_cmd import list_envs
 from agentfly_cli.cli.fitted_table import print_fitted, wrap_words
 from agentfly_cli.cli.output import (
     EXIT_FAILURE,
@@ -16,15 +18,16 @@ from agentfly_cli.cli.output import (
 )
 
 app = typer.Typer(
-    help="Run env pool servers: `env up NAME`, `env ls`, `env down [NAME]`.",
+    help="Environments: `env list` (the kinds), `env up NAME`, `env servers`, `env down [NAME]`.",
     no_args_is_help=True,
 )
+app.command("list")(list_envs)
 
 
 @app.command("up")
 @handle_errors
 def up(
-    name: str = typer.Argument(..., help="The env to serve (see `agentfly envs list`)."),
+    name: str = typer.Argument(..., help="The env to serve (see `agentfly env list`)."),
     size: int = typer.Option(None, "--size", min=1, help="Envs kept started (default: 1)."),
     max_size: int = typer.Option(None, "--max", min=1, help="Most envs at once (default: --size)."),
     provider: str = typer.Option(
@@ -105,9 +108,10 @@ def up(
     out.print(f"use it: agentfly rollout ... {use}", highlight=False, markup=False)
 
 
-@app.command("ls")
+@app.command("servers")
+@app.command("ls", hidden=True)  # its first name
 @handle_errors
-def ls(as_json: bool = JSON_OPTION) -> None:
+def servers(as_json: bool = JSON_OPTION) -> None:
     """Show the pool servers and the state of their pools."""
     from agentfly_cli.envs.control import list_servers
 

@@ -1,4 +1,7 @@
-"""``agentfly envs``: list the registered environments."""
+"""``agentfly env list``: the registered environment kinds.
+
+(``agentfly env list``, the command's first name, still works; it is hidden from the help so
+that ``env`` is the one noun for environments.)"""
 
 from __future__ import annotations
 

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import time
-from pathlib import Path
-from typing import Any
 
 import typer
 
@@ -17,70 +14,9 @@ from agentfly_cli.cli.output import (
     stderr_console,
     stdout_console,
 )
+from agentfly_cli.cli.run_options import RunFlags, build_config, with_run_options
 
-SPEC = typer.Argument(None, help="A recipe name (see `agentfly recipes list`) or a YAML config.")
-MODEL = typer.Option(None, "--model", help="Model folder, or an alias: tiny, smollm2.")
-BACKEND = typer.Option(None, "--backend", help="hf, vllm, openai, scripted, or a plugin's.")
-SCRIPT = typer.Option(None, "--script", help="scripted backend: JSONL of responses per task.")
-DATA = typer.Option(None, "--data", help="Tasks: JSONL, JSON, Parquet or a datasets folder.")
-TOOLS = typer.Option(None, "--tools", help="Comma-separated tool names (or module:attr).")
-REWARD = typer.Option(None, "--reward", help="Reward name (or module:attr).")
-N = typer.Option(None, "--n", help="Chains per task.", min=1)
-MAX_TURNS = typer.Option(None, "--max-turns", help="Assistant turns per chain.", min=1)
-LIMIT = typer.Option(None, "--limit", help="Use only the first N tasks.", min=1)
-WHERE = typer.Option(
-    None, "--where", help="Keep only tasks whose field matches: --where kind=shopping,change"
-)
-TEMPLATE = typer.Option(None, "--template", help="Chat template: a packaged name or .jinja file.")
-PARSER = typer.Option(None, "--parser", help="Tool-call format: hermes, line, react, ...")
-BASE_URL = typer.Option(None, "--base-url", help="openai backend: server URL (…/v1).")
-SETS = typer.Option(None, "--set", help="Override any config field: --set rollout.top_p=0.9")
-OUT = typer.Option(
-    None, "--out", help="Trajectory JSONL file (default: runs/<recipe>-<command>-<time>.jsonl)."
-)
 QUIET = typer.Option(False, "--quiet", "-q", help="No progress bar.")
-
-
-def build_config(spec, **flags: Any):
-    """The run config from a recipe/YAML plus the flags that were given."""
-    from agentfly_cli.config import load_config
-
-    fields = {
-        "model": flags.get("model"),
-        "backend.name": flags.get("backend"),
-        "backend.script": flags.get("script"),
-        "backend.base_url": flags.get("base_url"),
-        "data.path": flags.get("data"),
-        "data.limit": flags.get("limit"),
-        # each --where field is added to the recipe's own data.where (or replaces that field)
-        **{f"data.where.{k}": v for k, v in (parse_where(flags.get("where")) or {}).items()},
-        "tools": flags.get("tools"),
-        "reward": flags.get("reward"),
-        "rollout.n": flags.get("n"),
-        "rollout.max_turns": flags.get("max_turns"),
-        "chat.template": flags.get("template"),
-        "chat.parser": flags.get("parser"),
-        # a new format starts without the recipe's options for the old one (--set can add some)
-        "chat.parser_options": {} if flags.get("parser") else None,
-        "out": flags.get("out"),
-    }
-    return load_config(spec, flags.get("sets") or [], **fields)
-
-
-def parse_where(items: list[str] | None) -> dict[str, Any] | None:
-    """``--where FIELD=VALUE[,VALUE...]`` flags as ``data.where``; None when none were given."""
-    from agentfly_cli.errors import UserError
-
-    if not items:
-        return None
-    where: dict[str, Any] = {}
-    for item in items:
-        field, sep, values = item.partition("=")
-        if not sep or not field.strip() or not values.strip():
-            raise UserError(f"--where {item!r}: expected FIELD=VALUE, e.g. --where kind=shopping")
-        choices = [v.strip() for v in values.split(",") if v.strip()]
-        where[field.strip()] = choices[0] if len(choices) == 1 else choices
-    return where
 
 
 def execute(config, *, quiet: bool, out: str | None):
@@ -140,32 +76,12 @@ def _quiet_transformers() -> None:
 
 
 @handle_errors
-def rollout(
-    spec: str = SPEC,
-    model: str = MODEL,
-    backend: str = BACKEND,
-    script: Path = SCRIPT,
-    data: Path = DATA,
-    tools: str = TOOLS,
-    reward: str = REWARD,
-    n: int = N,
-    max_turns: int = MAX_TURNS,
-    limit: int = LIMIT,
-    where: list[str] = WHERE,
-    template: str = TEMPLATE,
-    parser: str = PARSER,
-    base_url: str = BASE_URL,
-    out: Path = OUT,
-    sets: list[str] = SETS,
-    quiet: bool = QUIET,
-    as_json: bool = JSON_OPTION,
-) -> None:
+@with_run_options()
+def rollout(flags: RunFlags, quiet: bool = QUIET, as_json: bool = JSON_OPTION) -> None:
     """Roll out agent chains and write token-exact trajectories."""
     from agentfly_cli.cli.rollout_report import print_report
 
-    config = with_output_file(
-        build_config(**locals_without(locals(), "quiet", "as_json")), "rollout"
-    )
+    config = with_output_file(build_config(flags), "rollout")
     _, summary = run_and_summarize(config, quiet=quiet or as_json)
     if as_json:
         print_json({"summary": summary, "out": config.out})
@@ -174,23 +90,9 @@ def rollout(
 
 
 @handle_errors
+@with_run_options()
 def evaluate(
-    spec: str = SPEC,
-    model: str = MODEL,
-    backend: str = BACKEND,
-    script: Path = SCRIPT,
-    data: Path = DATA,
-    tools: str = TOOLS,
-    reward: str = REWARD,
-    n: int = N,
-    max_turns: int = MAX_TURNS,
-    limit: int = LIMIT,
-    where: list[str] = WHERE,
-    template: str = TEMPLATE,
-    parser: str = PARSER,
-    base_url: str = BASE_URL,
-    out: Path = OUT,
-    sets: list[str] = SETS,
+    flags: RunFlags,
     threshold: float = typer.Option(
         1.0, "--threshold", help="A chain passes when its reward is at least this."
     ),
@@ -204,7 +106,7 @@ def evaluate(
 
     if not math.isfinite(threshold):
         raise UserError(f"--threshold {threshold}: must be a finite number, e.g. 1 or 0.5")
-    config = build_config(**locals_without(locals(), "quiet", "as_json", "threshold"))
+    config = build_config(flags)
     if config.data.holdout and "split" not in config.data.model_fields_set:
         # a recipe's held-out tasks are what eval is for (--set data.split=train|all: others)
         config = config.model_copy(
@@ -225,24 +127,11 @@ def evaluate(
 
 
 def with_output_file(config, command: str):
-    """The config with ``out`` set (a default under ``runs/`` when none was given) and checked
-    for writability before anything loads: a rollout's chains are never thrown away."""
-    from agentfly_cli.output_paths import check_file_target
+    """The config with ``out`` set (see agentfly_cli/run_folders.py) and checked before
+    anything loads: a rollout's chains are never thrown away."""
+    from agentfly_cli.run_folders import trajectory_file
 
-    out = config.out or str(
-        _fresh_path(f"{config.name}-{command}-{time.strftime('%Y%m%d-%H%M%S')}")
-    )
-    check_file_target(out, "--out")
-    return config.model_copy(update={"out": out})
-
-
-def _fresh_path(stem: str) -> Path:
-    """``runs/<stem>.jsonl``, or ``runs/<stem>-2.jsonl`` (and so on) if that one exists."""
-    path, number = Path("runs") / f"{stem}.jsonl", 1
-    while path.exists():
-        number += 1
-        path = Path("runs") / f"{stem}-{number}.jsonl"
-    return path
+    return config.model_copy(update={"out": str(trajectory_file(config, command))})
 
 
 def run_and_summarize(config, *, quiet: bool):
@@ -255,11 +144,3 @@ def run_and_summarize(config, *, quiet: bool):
     if result.envs:
         summary["envs"] = result.envs
     return result, summary
-
-
-def locals_without(values: dict[str, Any], *names: str) -> dict[str, Any]:
-    kept = {k: v for k, v in values.items() if k not in names}
-    for key in ("script", "data", "out"):
-        if kept.get(key) is not None:
-            kept[key] = str(kept[key])
-    return kept

@@ -2,47 +2,23 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import typer
 
 from agentfly_cli.cli.output import handle_errors, print_json, stdout_console
-from agentfly_cli.cli.rollout_cmd import (
-    BACKEND,
-    DATA,
-    LIMIT,
-    MODEL,
-    REWARD,
-    SETS,
-    SPEC,
-    TOOLS,
-    WHERE,
-    N,
-)
+from agentfly_cli.cli.run_options import RunFlags, build_config, with_run_options
 
 DEFAULT_RECIPE = "calculator"
-
-
-def run_dir_for(config, out: str | None) -> Path:
-    """``--out``, else ``trainer.out``, else ``runs/<recipe>-<time>``."""
-    chosen = out or config.trainer.out
-    if chosen:
-        return Path(chosen)
-    return Path("runs") / f"{config.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+# every shared option but the rollout-only ones (train's --out is a run folder, not a file)
+TRAIN_OPTIONS = ("spec", "model", "backend", "data", "tools", "reward", "n", "max_turns", "limit")
+TRAIN_OPTIONS += ("where", "template", "parser", "sets")
 
 
 @handle_errors
+@with_run_options(*TRAIN_OPTIONS)
 def train(
-    spec: str | None = SPEC,
-    model: str | None = MODEL,
-    backend: str | None = BACKEND,
-    data: str | None = DATA,
-    tools: str | None = TOOLS,
-    reward: str | None = REWARD,
-    n: int | None = N,
-    limit: int | None = LIMIT,
-    where: list[str] | None = WHERE,
+    flags: RunFlags,
     steps: int | None = typer.Option(None, "--steps", help="Training steps.", min=1),
     out: str | None = typer.Option(None, "--out", help="Run folder (metrics, plot, checkpoints)."),
     resume: bool = typer.Option(
@@ -57,41 +33,21 @@ def train(
     ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No live progress."),
     json_out: bool = typer.Option(False, "--json", help="Print the final metrics as JSON."),
-    sets: list[str] | None = SETS,
 ) -> None:
     """Train a model with RL on a recipe (default: the calculator recipe on SmolLM2-135M)."""
-    from agentfly_cli.cli.rollout_cmd import _quiet_transformers, build_config
-    from agentfly_cli.errors import UserError
-    from agentfly_cli.output_paths import check_folder_target
+    from agentfly_cli.cli.rollout_cmd import _quiet_transformers
+    from agentfly_cli.run_folders import training_folder
 
     config = build_config(
-        spec or DEFAULT_RECIPE,
-        model=model,
-        backend=backend,
-        data=data,
-        tools=tools,
-        reward=reward,
-        n=n,
-        limit=limit,
-        where=where,
-        sets=[
-            *([f"trainer.steps={steps}"] if steps else []),
-            *(
-                [f"trainer.warm_start.enabled={str(warm_start).lower()}"]
-                if warm_start is not None
-                else []
-            ),
-            *(sets or []),
-        ],
+        {**flags, "spec": flags["spec"] or DEFAULT_RECIPE},
+        *([f"trainer.steps={steps}"] if steps else []),
+        *(
+            [f"trainer.warm_start.enabled={str(warm_start).lower()}"]
+            if warm_start is not None
+            else []
+        ),
     )
-    if resume and not (out or config.trainer.out):
-        raise UserError("--resume needs --out RUN_DIR: the folder of the run to continue")
-    run_dir = check_folder_target(run_dir_for(config, out), "--out")
-    checkpoints = run_dir / "checkpoints"
-    if not resume and checkpoints.is_dir() and any(checkpoints.iterdir()):
-        raise UserError(
-            f"{run_dir} already holds a run; add --resume to continue it or pick another --out"
-        )
+    run_dir = training_folder(config, out, resume=resume)
     _quiet_transformers()
     from agentfly_cli.train.trainer import Trainer
     from agentfly_cli.train.warm_start import warm_started

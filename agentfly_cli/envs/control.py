@@ -1,4 +1,4 @@
-"""Start, list and stop pool servers: the library behind ``agentfly env up / ls / down``.
+"""Start, list and stop pool servers: the library behind ``agentfly env up / servers / down``.
 
 A process is signalled only when it is shown to be the recorded server (its start time and
 command line, or where /proc cannot tell, its own pid over its socket): after a crash its pid

@@ -53,7 +53,7 @@ def state_dir() -> Path:
 
 @dataclass
 class ServerRecord:
-    """One pool server: what ``agentfly env ls`` and a client need to find and trust it."""
+    """One pool server: what ``agentfly env servers`` and a client need to find and trust it."""
 
     name: str
     pid: int

@@ -20,7 +20,7 @@ class EnvHandle(abc.ABC):
 
     #: what tools receive as their ``env`` argument
     env: Any
-    #: where it lives, for ``agentfly env ls`` and errors (pid, node, actor id, ...)
+    #: where it lives, for ``agentfly env servers`` and errors (pid, node, actor id, ...)
     info: dict[str, Any]
 
     @abc.abstractmethod
@@ -58,7 +58,7 @@ class EnvProvider(abc.ABC):
         return None
 
     def describe(self) -> dict[str, Any]:
-        """A JSON-able summary for ``agentfly env ls``."""
+        """A JSON-able summary for ``agentfly env servers``."""
         return {"provider": self.name}
 
 
