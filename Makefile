@@ -20,7 +20,7 @@ TORCH_ARGS := -c constraints/cpu.txt --extra-index-url https://download.pytorch.
 endif
 
 .PHONY: help install system-deps realdata realdata-or-warn install-vllm install-deepspeed install-ray \
-	test test-slow lint format demo bench bench-venv clean
+	test test-slow lint format config-docs demo bench bench-venv clean
 
 help:
 	@echo "make install    create $(VENV) and install agentfly-cli with its dev tools"
@@ -31,6 +31,7 @@ help:
 	@echo "make demo       the main job (see README)"
 	@echo "make test       the test suite (fast tests; slow ones: make test-slow)"
 	@echo "make lint       ruff"
+	@echo "make config-docs  regenerate docs/config.md from the settings models"
 
 $(VENV)/.installed: pyproject.toml constraints/cpu.txt
 	$(MAKE) --no-print-directory system-deps
@@ -132,6 +133,9 @@ lint: $(VENV)/.installed
 format: $(VENV)/.installed
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
+
+config-docs: $(VENV)/.installed
+	$(PY) -m agentfly_cli.config_reference > docs/config.md
 
 demo: install
 	$(PY) scripts/demo.py

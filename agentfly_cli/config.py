@@ -70,8 +70,8 @@ class RewardComponent(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str
-    weight: float = 1.0
+    name: str = Field(description="a registered reward (agentfly rewards list) or module:attr")
+    weight: float = Field(1.0, description="its weight in the sum")
     options: dict[str, Any] = Field(
         default_factory=dict, description="settings of a configurable reward (e.g. llm_judge)"
     )
@@ -85,11 +85,18 @@ class ChatConfig(BaseModel):
     template: str | None = Field(
         None, description="None: the tokenizer's own; a packaged name or a .jinja path"
     )
-    chat_template_kwargs: dict[str, Any] = Field(default_factory=dict)
+    chat_template_kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        description="extra variables of the template (e.g. enable_thinking: false for Qwen3)",
+    )
     parser: str | None = Field(None, description="tool-call format; None: guessed from template")
-    parser_options: dict[str, Any] = Field(default_factory=dict)
+    parser_options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="settings of the parser (e.g. the line parser's commands: "
+        "{CALC: {tool: calculator, argument: expression}})",
+    )
     observation: ObservationFormat = Field(default_factory=ObservationFormat)
-    system_prompt: str | None = None
+    system_prompt: str | None = Field(None, description="the system message; None: none")
     examples: list[dict[str, Any]] = Field(
         default_factory=list, description="worked examples: chat messages placed before the task"
     )
@@ -100,13 +107,20 @@ class RunConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = "custom"
-    description: str = ""
+    name: str = Field("custom", description="the recipe's name (run folders are named after it)")
+    description: str = Field("", description="one line on what the recipe trains")
     model: str | None = Field(None, description="model folder or alias (tiny, smollm2)")
     backend: BackendConfig = Field(default_factory=BackendConfig)
     data: DataConfig = Field(default_factory=DataConfig)
-    tools: list[str] = Field(default_factory=list)
-    reward: list[RewardComponent] = Field(default_factory=list)
+    tools: list[str] = Field(
+        default_factory=list,
+        description="registered tool names (agentfly tools list) or module:attr; a "
+        "comma-separated string also works",
+    )
+    reward: list[RewardComponent] = Field(
+        default_factory=list,
+        description="a weighted sum of rewards; a name or a list of names also works",
+    )
     chat: ChatConfig = Field(default_factory=ChatConfig)
     rollout: RolloutSettings = Field(default_factory=RolloutSettings)
     trainer: TrainerSettings = Field(default_factory=TrainerSettings)

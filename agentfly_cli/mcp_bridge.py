@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from agentfly_cli import settings
 from agentfly_cli.envs.base import BaseEnv, EnvSpec
 from agentfly_cli.errors import UserError
 
@@ -162,7 +163,7 @@ class McpSession:
                 env=dict(os.environ),
                 cwd=os.getcwd(),
             )
-            debug = os.environ.get("AGENTFLY_DEBUG", "") not in ("", "0")
+            debug = settings.debug_enabled()
             self._errlog = sys.stderr if debug else tempfile.TemporaryFile("w+", errors="replace")
         else:
             server = self.target.url

@@ -19,7 +19,7 @@ from typing import Any
 
 import pluggy
 
-from agentfly_cli import hookspecs
+from agentfly_cli import hookspecs, settings
 from agentfly_cli.errors import ComponentConflictError
 from agentfly_cli.registry import BackendRef, Components, Entry, Provenance, RecipeRef
 from agentfly_cli.rewards import Reward
@@ -156,7 +156,7 @@ def _describe(exc: BaseException) -> str:
 
 def requested_distributions(value: str | None = None) -> set[str] | None:
     """The distributions named by ``AGENTFLY_LOAD_PLUGINS`` (None: load all)."""
-    value = os.environ.get(LOAD_PLUGINS_ENV) if value is None else value
+    value = settings.plugin_selection() if value is None else value
     if value is None:
         return None
     return {normalize_distribution(part.strip()) for part in value.split(",") if part.strip()}

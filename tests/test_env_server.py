@@ -1,4 +1,4 @@
-"""Pool servers: the wire protocol, leases over connections, and `agentfly env up / servers / down`."""
+"""Pool servers: the wire protocol, leases over connections, `agentfly env up / servers / down`."""
 
 from __future__ import annotations
 

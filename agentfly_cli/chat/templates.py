@@ -46,8 +46,14 @@ class ObservationFormat(pydantic.BaseModel):
 
     model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
 
-    role: str = "tool"
-    template: str = "{observation}"
+    role: str = pydantic.Field(
+        "tool",
+        description='tool: one tool message per result; another role (e.g. "user", for '
+        "templates without a tool role): all results of a turn in one message",
+    )
+    template: str = pydantic.Field(
+        "{observation}", description="formats each result; placeholders {observation}, {name}"
+    )
 
     @pydantic.field_validator("role")
     @classmethod

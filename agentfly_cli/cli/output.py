@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -19,6 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from agentfly_cli import settings
 from agentfly_cli.errors import UserError
 from agentfly_cli.safe_text import printable
 
@@ -29,7 +29,7 @@ JSON_OPTION = typer.Option(False, "--json", help="Print machine-readable JSON.")
 
 
 def debug_enabled() -> bool:
-    return os.environ.get("AGENTFLY_DEBUG", "").strip().lower() not in ("", "0", "false", "no")
+    return settings.debug_enabled()
 
 
 def stdout_console() -> Console:

@@ -38,9 +38,18 @@ class EnvPoolConfig(BaseModel):
     acquire_timeout: float = Field(
         120.0, gt=0, allow_inf_nan=False, description="most seconds to wait for an env"
     )
-    reset_timeout: float = Field(60.0, gt=0, allow_inf_nan=False)
-    health_timeout: float = Field(10.0, gt=0, allow_inf_nan=False)
-    close_timeout: float = Field(10.0, gt=0, allow_inf_nan=False)
+    reset_timeout: float = Field(
+        60.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="seconds to reset an env (for a task or on return)",
+    )
+    health_timeout: float = Field(
+        10.0, gt=0, allow_inf_nan=False, description="seconds for a returned env's health check"
+    )
+    close_timeout: float = Field(
+        10.0, gt=0, allow_inf_nan=False, description="seconds to close an env; then it is killed"
+    )
     lease_timeout: float | None = Field(
         None,
         gt=0,

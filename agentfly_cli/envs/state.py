@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from agentfly_cli import settings
 from agentfly_cli.envs.process_identity import identify
 from agentfly_cli.errors import UserError
 
@@ -38,14 +39,7 @@ def check_server_name(name: str) -> str:
 
 def state_dir() -> Path:
     """The state folder, created private on first use."""
-    root = os.environ.get("AGENTFLY_STATE_DIR")
-    if root:
-        folder = Path(root)
-    else:
-        cache = os.environ.get("AGENTFLY_CACHE") or os.path.join(
-            os.path.expanduser("~"), ".cache", "agentfly"
-        )
-        folder = Path(cache) / "pools"
+    folder = settings.state_dir()
     folder.mkdir(parents=True, exist_ok=True)
     folder.chmod(0o700)
     return folder

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from agentfly_cli import settings
 from agentfly_cli.errors import UserError
 
 
@@ -27,10 +28,7 @@ class ModelAlias:
 
 def cache_dir() -> Path:
     """The folder where agentfly keeps built models (``$AGENTFLY_CACHE`` or ~/.cache/agentfly)."""
-    root = os.environ.get("AGENTFLY_CACHE") or os.path.join(
-        os.path.expanduser("~"), ".cache", "agentfly"
-    )
-    return Path(root)
+    return settings.cache_dir()
 
 
 def _build_tiny(path: Path) -> None:

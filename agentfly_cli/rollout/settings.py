@@ -38,10 +38,14 @@ class RolloutSettings(BaseModel):
         return stops
 
     concurrency: int = Field(64, ge=1, description="chains in flight at once")
-    temperature: float = Field(1.0, ge=0)
-    top_p: float = Field(1.0, gt=0, le=1)
+    temperature: float = Field(1.0, ge=0, description="sampling temperature; 0: greedy")
+    top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling; 1: off")
     top_k: int = Field(0, ge=0, description="0 = off")
-    seed: int | None = Field(0, description="base seed; each request derives its own")
+    seed: int | None = Field(
+        0,
+        description="seeds sampling: each request derives its seed from this, the task, the "
+        "chain and the turn (null: unseeded)",
+    )
     tool_timeout: float | None = Field(None, gt=0, description="seconds; default: the tool's own")
     max_observation_chars: int | None = Field(
         None, ge=1, description="cut longer observations; default: the tool's own"

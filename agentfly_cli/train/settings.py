@@ -148,7 +148,11 @@ class TrainerSettings(BaseModel):
         True, description="forward a group's common prompt once (exact, with checkpointing too)"
     )
     shuffle: bool = Field(True, description="shuffle tasks each epoch of the dataset")
-    seed: int = Field(0, description="seeds the task order, minibatch order and sampling")
+    seed: int = Field(
+        0,
+        description="seeds the task order, the minibatch order and the warm start's order "
+        "(sampling: rollout.seed)",
+    )
     save_every: int = Field(0, ge=0, description="checkpoint every N steps; 0: only at the end")
     keep_checkpoints: int = Field(2, ge=1, description="checkpoints kept in the run folder")
     save_only_model: bool = Field(

@@ -104,7 +104,11 @@ class BackendConfig(BaseModel):
     gpu_memory_utilization: float = Field(0.4, gt=0, le=1, description="vllm")
     max_model_len: int | None = Field(None, description="vllm: context length")
     enforce_eager: bool = Field(True, description="vllm: no CUDA graphs / compile")
-    seed: int = 0
+    seed: int = Field(
+        0,
+        description="hf: seeds the requests that carry no seed (rollout.seed: null); vllm: the "
+        "engine's seed",
+    )
 
 
 class Backend(abc.ABC):
