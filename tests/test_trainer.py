@@ -149,6 +149,49 @@ def test_config_errors_are_one_line_with_exit_2(tiny_model, override, expected):
     assert expected in one_line_error(result)
 
 
+@pytest.mark.parametrize(
+    ("sets", "expected"),
+    [
+        # the scripted backend replays text: it cannot follow the trained policy
+        (["backend.name=scripted"], "the scripted rollout backend cannot take new weights"),
+        # adapter pushes need a backend that takes them (the flag, not the method, decides)
+        (
+            ["trainer.backend.lora.r=4", "trainer.backend.sync=adapter", "backend.dtype=float32"],
+            None,
+        ),
+    ],
+)
+def test_the_trainer_checks_the_rollout_backends_capability_flags(
+    recipe, tmp_path, monkeypatch, sets, expected
+):
+    from agentfly_cli.rollout.backends.hf import HFBackend
+
+    script = tmp_path / "script.jsonl"
+    script.write_text("")
+    if expected is None:  # an hf backend that says it takes no adapters is refused
+        monkeypatch.setattr(HFBackend, "takes_adapters", False)
+        expected = "trainer.backend.sync: adapter needs a rollout backend that takes LoRA"
+    result = runner.invoke(
+        build_app(),
+        [
+            "train",
+            "--model",
+            recipe["fields"]["model"],
+            "--data",
+            recipe["fields"]["data.path"],
+            "--reward",
+            recipe["fields"]["reward"],
+            "--out",
+            str(tmp_path / "run"),
+            "--set",
+            f"backend.script={script}",
+            *[arg for s in [*recipe["sets"], *sets] for arg in ("--set", s)],
+            "--quiet",
+        ],
+    )
+    assert expected in one_line_error(result)
+
+
 def test_resume_without_a_checkpoint_is_a_clear_error(recipe, tmp_path):
     result = runner.invoke(
         build_app(),

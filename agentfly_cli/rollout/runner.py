@@ -1,8 +1,10 @@
 """Build a rollout from a :class:`~agentfly_cli.config.RunConfig` and run it.
 
-This is the library behind ``agentfly rollout`` and ``agentfly eval``: resolve the model, load
-the chat template and parser, look up tools, reward, envs and backend in the plugin registry,
-then run the engine over the tasks.
+This is the library behind ``agentfly rollout`` and ``agentfly eval``, in two phases:
+:func:`resolve_run` resolves the model, loads the chat template and parser, and looks up the
+tools, reward, env specs and backend (in the plugin registry, or objects passed in);
+:func:`assemble` builds the engine over a backend the caller chose. The trainer builds its
+train backend between the two. Then :func:`run_rollout` runs the engine over the tasks.
 """
 
 from __future__ import annotations
@@ -70,20 +72,51 @@ def _tools_for(config: RunConfig, host) -> list:
     return tools
 
 
-def build_rollout(config: RunConfig, backend_factory: Callable | None = None) -> RolloutRun:
-    """Resolve every component named by ``config``; errors are one-line UserErrors.
+@dataclass
+class ResolvedRun:
+    """Phase one of a build: a run's components, resolved and checked from its config, before
+    any backend, env or model weights exist."""
 
-    ``backend_factory(backend_config, chat)`` replaces the registered backend's factory (the
-    trainer uses it to hand its own model to the ``hf`` backend).
-    """
+    config: RunConfig
+    tasks: list[dict[str, Any]]
+    backend_config: Any  # the config's backend settings, ``model`` set to the resolved folder
+    backend_ref: Any  # the registered backend (its ``factory``)
+    chat: Any  # ChatTemplate
+    parser: Any
+    tools: list
+    reward: Any
+    env_specs: dict[str, Any]
+    resolve_s: float = 0.0
+
+    @property
+    def model_path(self) -> str:
+        return self.backend_config.model
+
+    def build_backend(self):
+        """The registered rollout backend for this run (the trainer may build its own)."""
+        return self.backend_ref.factory(self.backend_config, self.chat)
+
+
+def resolve_run(
+    config: RunConfig,
+    host: Any = None,
+    *,
+    tools: list | None = None,
+    reward: Any = None,
+) -> ResolvedRun:
+    """Resolve every component ``config`` names, from ``host`` (default: the installed
+    plugins); errors are one-line UserErrors. ``tools`` and ``reward`` (objects, e.g. defined
+    in a notebook) replace the config's names."""
     started = time.perf_counter()
     from agentfly_cli.chat.parsers import get_parser
     from agentfly_cli.chat.templates import ChatTemplate
     from agentfly_cli.models import resolve_model
-    from agentfly_cli.plugins import get_plugin_host
     from agentfly_cli.rollout.tasks import load_tasks
 
-    host = get_plugin_host()
+    if host is None:
+        from agentfly_cli.plugins import get_plugin_host
+
+        host = get_plugin_host()
     if config.out:
         check_output_path(config.out)
     if not config.data.path:
@@ -97,8 +130,8 @@ def build_rollout(config: RunConfig, backend_factory: Callable | None = None) ->
         holdout_seed=data.holdout_seed,
         side=data.split,
     )
-    tools = _tools_for(config, host)
-    reward = _reward_for(config, host)
+    tools = _tools_for(config, host) if tools is None else list(tools)
+    reward = _reward_for(config, host) if reward is None else reward
     if reward is not None:
         missing = sorted(set(getattr(reward, "fields", [])) - set(tasks[0]))
         if missing:
@@ -117,7 +150,6 @@ def build_rollout(config: RunConfig, backend_factory: Callable | None = None) ->
                 f"envs.{name}: no tool of this run uses an env named '{name}' (envs in use: "
                 f"{used}); remove it or add a tool that needs it"
             )
-    env_manager = ResourceManager(env_specs, config.envs)
     backend_ref = host.components.backends.get(config.backend.name)
 
     model = config.backend.model or config.model
@@ -127,34 +159,59 @@ def build_rollout(config: RunConfig, backend_factory: Callable | None = None) ->
         )
     model_path = resolve_model(model)
     backend_config = config.backend.model_copy(update={"model": str(model_path)})
-    tokenizer_source = backend_config.tokenizer or str(model_path)
     chat = ChatTemplate.load(
-        tokenizer_source,
+        backend_config.tokenizer or str(model_path),
         config.chat.template,
         config.chat.observation,
         config.chat.chat_template_kwargs or None,
     )
     parser = get_parser(config.chat.parser or chat.default_parser, config.chat.parser_options)
-    backend = (backend_factory or backend_ref.factory)(backend_config, chat)
-    engine = RolloutEngine(
-        backend,
+    return ResolvedRun(
+        config,
+        tasks,
+        backend_config,
+        backend_ref,
         chat,
         parser,
         tools,
         reward,
+        env_specs,
+        time.perf_counter() - started,
+    )
+
+
+def assemble(resolved: ResolvedRun, backend: Any) -> RolloutRun:
+    """Phase two: the engine over ``backend`` (built by the caller) and the run's env pools."""
+    started = time.perf_counter()
+    config, chat = resolved.config, resolved.chat
+    tokenizer_source = resolved.backend_config.tokenizer or resolved.model_path
+    engine = RolloutEngine(
+        backend,
+        chat,
+        resolved.parser,
+        resolved.tools,
+        resolved.reward,
         config.rollout,
         system_prompt=config.chat.system_prompt,
         examples=config.chat.examples,
-        env_manager=env_manager,
+        env_manager=ResourceManager(resolved.env_specs, config.envs),
         meta={"tokenizer": tokenizer_source, "template": chat.name, "backend": config.backend.name},
     )
     info = {
-        "model": str(model_path),
+        "model": resolved.model_path,
         "backend": config.backend.name,
-        "parser": parser.name,
+        "parser": resolved.parser.name,
         "template": chat.name,
     }
-    return RolloutRun(config, engine, tasks, time.perf_counter() - started, info)
+    setup_s = resolved.resolve_s + time.perf_counter() - started
+    return RolloutRun(config, engine, resolved.tasks, setup_s, info)
+
+
+def build_rollout(config: RunConfig, host: Any = None, **components: Any) -> RolloutRun:
+    """Both phases with the registered backend: what ``agentfly rollout`` and ``eval`` run.
+    ``components``: ``tools`` and ``reward`` objects, as for :func:`resolve_run`."""
+    resolved = resolve_run(config, host, **components)
+    return assemble(resolved, resolved.build_backend())
 
 
 async def run_rollout_async(

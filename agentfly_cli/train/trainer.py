@@ -53,8 +53,10 @@ class Trainer:
         resume: bool = False,
         console: bool | None = None,
         console_file: Any = None,
+        host: Any = None,
     ) -> None:
         self.config = config
+        self.host = host  # where components are looked up; None: the installed plugins
         self.settings = config.trainer
         self.algo = config.trainer.algorithm
         self.run_dir = Path(run_dir)
@@ -69,7 +71,7 @@ class Trainer:
 
     # ---- setup -------------------------------------------------------------------------------
     def _setup(self) -> None:
-        from agentfly_cli.rollout.runner import build_rollout
+        from agentfly_cli.rollout.runner import assemble, resolve_run
         from agentfly_cli.train.backends import build_train_backend
         from agentfly_cli.train.heap import return_freed_memory
 
@@ -91,22 +93,22 @@ class Trainer:
                 "(e.g. exact_match); see `agentfly rewards list`"
             )
 
-        def rollout_backend(backend_config, chat):
-            """Build the policy first; the hf backend may then share its model object."""
-            self.model_path = backend_config.model
-            self.train = build_train_backend(self.model_path, backend_settings)
-            self._check_world_size()
-            self.shared_model = self._can_share(backend_config)
-            if self.shared_model:
-                from agentfly_cli.rollout.backends.hf import HFBackend
+        resolved = resolve_run(self.config, self.host)
+        self.model_path = resolved.model_path
+        self.train = build_train_backend(self.model_path, backend_settings)
+        self._check_world_size()
+        self.shared_model = self._can_share(resolved.backend_config)
+        if self.shared_model:  # the hf backend samples from the policy's own model object
+            from agentfly_cli.rollout.backends.hf import HFBackend
 
-                return HFBackend(backend_config, chat.tokenizer, model=self.train.unwrapped())
-            ref = self._host_backend(backend_config.name)
-            return ref.factory(backend_config, chat)
-
-        self.rollout = build_rollout(self.config, backend_factory=rollout_backend)
+            backend = HFBackend(
+                resolved.backend_config, resolved.chat.tokenizer, model=self.train.unwrapped()
+            )
+        else:
+            backend = resolved.build_backend()
+        self.rollout = assemble(resolved, backend)
         self.engine = self.rollout.engine
-        if not self.shared_model and not self._takes_weights(self.engine.backend):
+        if not self.shared_model and not self.engine.backend.takes_weights:
             raise UserError(
                 f"the {self.engine.backend.name} rollout backend cannot take new weights, so "
                 "rollouts would never follow the trained policy; train with backend hf or vllm"
@@ -121,7 +123,7 @@ class Trainer:
         self._pushes_adapters = (
             backend_settings.lora is not None and backend_settings.sync == "adapter"
         )
-        if self._pushes_adapters and not self._takes_adapters(self.engine.backend):
+        if self._pushes_adapters and not self.engine.backend.takes_adapters:
             raise UserError(
                 f"trainer.backend.sync: adapter needs a rollout backend that takes LoRA adapters "
                 f"(hf); the {self.engine.backend.name} backend does not: use sync: merge"
@@ -165,18 +167,6 @@ class Trainer:
         if self.resume:
             self.start_step = self._restore()
 
-    @staticmethod
-    def _takes_adapters(backend) -> bool:
-        from agentfly_cli.rollout.backends.base import Backend
-
-        return type(backend).update_adapter is not Backend.update_adapter
-
-    @staticmethod
-    def _takes_weights(backend) -> bool:
-        from agentfly_cli.rollout.backends.base import Backend
-
-        return type(backend).update_weights is not Backend.update_weights
-
     def _check_group_size(self) -> None:
         """Group-relative estimators compare the chains of a task: one chain learns nothing."""
         n = self.config.rollout.n
@@ -193,11 +183,6 @@ class Trainer:
                 f"trainer.tasks_per_step ({self.settings.tasks_per_step}) must split evenly "
                 f"over the {world} ranks; make it a multiple of {world}"
             )
-
-    def _host_backend(self, name: str):
-        from agentfly_cli.plugins import get_plugin_host
-
-        return get_plugin_host().components.backends.get(name)
 
     def _can_share(self, backend_config) -> bool:
         """One model for rollouts and training: torch backend, hf rollouts, full weights."""

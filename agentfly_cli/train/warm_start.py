@@ -84,7 +84,7 @@ def warm_start(config: Any, run_dir: Path, *, console: bool = True) -> Path:
     """Fine-tune ``config``'s model on the packaged solutions of its training tasks; the
     folder of the fine-tuned model (reused when a previous run left it)."""
     from agentfly_cli.models import resolve_model
-    from agentfly_cli.rollout.runner import build_rollout, run_rollout
+    from agentfly_cli.rollout.runner import assemble, resolve_run, run_rollout
     from agentfly_cli.rollout.tasks import load_tasks
     from agentfly_cli.train.backends.config import TrainBackendConfig
     from agentfly_cli.train.sft import SFTSettings, fine_tune
@@ -108,15 +108,7 @@ def warm_start(config: Any, run_dir: Path, *, console: bool = True) -> Path:
     script = folder / SCRIPT_FILE
     scripted = config.backend.model_copy(update={"name": "scripted", "script": str(script)})
 
-    def play_solutions(backend_config, chat):
-        """The scripted backend, made once the run's tools, envs and options are checked."""
-        from agentfly_cli.rollout.backends.scripted import ScriptedBackend, load_script
-
-        lines = solution_script(tasks, settings)
-        script.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
-        return ScriptedBackend(load_script(script), chat)
-
-    rollout = build_rollout(
+    resolved = resolve_run(
         config.model_copy(
             update={
                 "data": data,
@@ -124,9 +116,14 @@ def warm_start(config: Any, run_dir: Path, *, console: bool = True) -> Path:
                 "rollout": config.rollout.model_copy(update={"n": 1}),
                 "out": None,
             }
-        ),
-        backend_factory=play_solutions,
+        )
     )
+    # the scripted backend, made once the run's tools, envs and options are checked
+    from agentfly_cli.rollout.backends.scripted import ScriptedBackend, load_script
+
+    lines = solution_script(tasks, settings)
+    script.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    rollout = assemble(resolved, ScriptedBackend(load_script(script), resolved.chat))
     run_rollout(rollout, out=str(folder / CHAINS_FILE))
     sft = SFTSettings(
         epochs=settings.epochs,

@@ -117,6 +117,11 @@ class Backend(abc.ABC):
     name: str = "backend"
     #: True when ``generate`` returns the ids the model sampled (training needs this).
     returns_tokens: bool = True
+    #: Capabilities the trainer checks: ``update_weights`` (full pushes) and
+    #: ``update_adapter`` (LoRA adapter pushes) are implemented. A backend that implements one
+    #: sets its flag.
+    takes_weights: bool = False
+    takes_adapters: bool = False
 
     @abc.abstractmethod
     async def generate(

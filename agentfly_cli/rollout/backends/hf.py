@@ -109,6 +109,8 @@ class HFBackend(Backend):
 
     name = "hf"
     returns_tokens = True
+    takes_weights = True
+    takes_adapters = True
 
     def __init__(self, config: BackendConfig, tokenizer: Any = None, model: Any = None):
         """Load ``config.model`` (a local folder), or wrap an already loaded ``model``."""

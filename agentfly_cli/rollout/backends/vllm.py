@@ -335,6 +335,7 @@ class VLLMBackend(Backend):
 
     name = "vllm"
     returns_tokens = True
+    takes_weights = True
 
     def __init__(self, config: BackendConfig, tokenizer: Any = None) -> None:
         """Start the engine for ``config.model`` (a local folder); blocks until it is ready."""
