@@ -4,6 +4,9 @@ The public API is imported lazily, so that ``agentfly --help`` stays fast and ne
 torch::
 
     from agentfly_cli import tool, reward, hookimpl
+    from agentfly_cli import load_config, run_rollout, run_eval, run_training  # + *_async
+
+See docs/python.md.
 """
 
 from __future__ import annotations
@@ -28,6 +31,13 @@ _EXPORTS = {
     "EnvSpec": "agentfly_cli.envs.base",
     "get_plugin_host": "agentfly_cli.plugins",
     "UserError": "agentfly_cli.errors",
+    "load_config": "agentfly_cli.api",
+    "run_rollout": "agentfly_cli.api",
+    "run_rollout_async": "agentfly_cli.api",
+    "run_eval": "agentfly_cli.api",
+    "run_eval_async": "agentfly_cli.api",
+    "run_training": "agentfly_cli.api",
+    "run_training_async": "agentfly_cli.api",
 }
 
 __all__ = [
@@ -42,13 +52,29 @@ __all__ = [
     "ToolResult",
     "UserError",
     "__version__",
+    "run_eval",
+    "run_eval_async",
     "get_plugin_host",
     "hookimpl",
+    "load_config",
     "reward",
+    "run_rollout",
+    "run_rollout_async",
     "tool",
+    "run_training",
+    "run_training_async",
 ]
 
 if TYPE_CHECKING:
+    from agentfly_cli.api import (
+        load_config,
+        run_eval,
+        run_eval_async,
+        run_rollout,
+        run_rollout_async,
+        run_training,
+        run_training_async,
+    )
     from agentfly_cli.envs.base import BaseEnv, Env, EnvSpec
     from agentfly_cli.errors import UserError
     from agentfly_cli.hookspecs import hookimpl

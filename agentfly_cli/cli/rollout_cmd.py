@@ -106,13 +106,10 @@ def evaluate(
 
     if not math.isfinite(threshold):
         raise UserError(f"--threshold {threshold}: must be a finite number, e.g. 1 or 0.5")
-    config = build_config(flags)
-    if config.data.holdout and "split" not in config.data.model_fields_set:
-        # a recipe's held-out tasks are what eval is for (--set data.split=train|all: others)
-        config = config.model_copy(
-            update={"data": config.data.model_copy(update={"split": "heldout"})}
-        )
-    config = with_output_file(config, "eval")
+    from agentfly_cli.api import for_eval
+
+    # a recipe's held-out tasks are what eval is for (--set data.split=train|all: others)
+    config = with_output_file(for_eval(build_config(flags)), "eval")
     if not config.reward:
         raise UserError("eval needs a reward: pass --reward NAME (see `agentfly rewards list`)")
     result, summary = run_and_summarize(config, quiet=quiet or as_json)

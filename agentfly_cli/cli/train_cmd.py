@@ -35,8 +35,8 @@ def train(
     json_out: bool = typer.Option(False, "--json", help="Print the final metrics as JSON."),
 ) -> None:
     """Train a model with RL on a recipe (default: the calculator recipe on SmolLM2-135M)."""
+    from agentfly_cli.api import run_training
     from agentfly_cli.cli.rollout_cmd import _quiet_transformers
-    from agentfly_cli.run_folders import training_folder
 
     config = build_config(
         {**flags, "spec": flags["spec"] or DEFAULT_RECIPE},
@@ -47,14 +47,8 @@ def train(
             else []
         ),
     )
-    run_dir = training_folder(config, out, resume=resume)
     _quiet_transformers()
-    from agentfly_cli.train.trainer import Trainer
-    from agentfly_cli.train.warm_start import warm_started
-
-    config = warm_started(config, run_dir, console=not quiet)
-    trainer = Trainer(config, run_dir=run_dir, resume=resume, console=not quiet)
-    result = trainer.fit()
+    result = run_training(config, out=out, resume=resume, console=not quiet)
     if not result.is_main:
         return  # one report per run, from rank 0
     last = result.history[-1] if result.history else {}

@@ -55,19 +55,22 @@ def _reward_for(config: RunConfig, host):
     return CombinedReward(parts)
 
 
-def _tools_for(config: RunConfig, host) -> list:
-    """Every entry's tools (an ``mcp:`` entry gives several); a name given twice is an error."""
+def _tools_for(entries: list, host) -> list:
+    """Every entry's tools: a name (an ``mcp:`` entry gives several) or a ``Tool`` object; a
+    name given twice is an error."""
     from agentfly_cli.loading import resolve_tools
 
     tools, source = [], {}
-    for entry in config.tools:
-        for tool in resolve_tools(entry, host):
+    for entry in entries:
+        named = isinstance(entry, str)
+        label = entry if named else f"a Tool object ({getattr(entry, 'name', entry)!r})"
+        for tool in resolve_tools(entry, host) if named else [entry]:
             if tool.name in source:
                 raise UserError(
                     f"tools: the name '{tool.name}' is given by both '{source[tool.name]}' and "
-                    f"'{entry}'; list it once (or prefix an MCP server's tools: mcp[p]:...)"
+                    f"'{label}'; list it once (or prefix an MCP server's tools: mcp[p]:...)"
                 )
-            source[tool.name] = entry
+            source[tool.name] = label
             tools.append(tool)
     return tools
 
@@ -106,7 +109,7 @@ def resolve_run(
 ) -> ResolvedRun:
     """Resolve every component ``config`` names, from ``host`` (default: the installed
     plugins); errors are one-line UserErrors. ``tools`` and ``reward`` (objects, e.g. defined
-    in a notebook) replace the config's names."""
+    in a notebook; ``tools`` may mix them with registered names) replace the config's."""
     started = time.perf_counter()
     from agentfly_cli.chat.parsers import get_parser
     from agentfly_cli.chat.templates import ChatTemplate
@@ -130,7 +133,7 @@ def resolve_run(
         holdout_seed=data.holdout_seed,
         side=data.split,
     )
-    tools = _tools_for(config, host) if tools is None else list(tools)
+    tools = _tools_for(config.tools if tools is None else list(tools), host)
     reward = _reward_for(config, host) if reward is None else reward
     if reward is not None:
         missing = sorted(set(getattr(reward, "fields", [])) - set(tasks[0]))

@@ -54,9 +54,12 @@ class Trainer:
         console: bool | None = None,
         console_file: Any = None,
         host: Any = None,
+        tools: list | None = None,
+        reward: Any = None,
     ) -> None:
         self.config = config
         self.host = host  # where components are looked up; None: the installed plugins
+        self.components = {"tools": tools, "reward": reward}  # objects instead of names
         self.settings = config.trainer
         self.algo = config.trainer.algorithm
         self.run_dir = Path(run_dir)
@@ -87,13 +90,13 @@ class Trainer:
         self.share_prefix = settings.share_prefix
 
         self._check_group_size()
-        if not self.config.reward:
+        if not self.config.reward and self.components["reward"] is None:
             raise UserError(
                 "training needs a reward: set `reward:` in the recipe or pass --reward "
                 "(e.g. exact_match); see `agentfly rewards list`"
             )
 
-        resolved = resolve_run(self.config, self.host)
+        resolved = resolve_run(self.config, self.host, **self.components)
         self.model_path = resolved.model_path
         self.train = build_train_backend(self.model_path, backend_settings)
         self._check_world_size()

@@ -80,9 +80,10 @@ def solution_script(rows: Sequence[Mapping[str, Any]], settings: WarmStartSettin
     return script
 
 
-def warm_start(config: Any, run_dir: Path, *, console: bool = True) -> Path:
+def warm_start(config: Any, run_dir: Path, *, console: bool = True, **components: Any) -> Path:
     """Fine-tune ``config``'s model on the packaged solutions of its training tasks; the
-    folder of the fine-tuned model (reused when a previous run left it)."""
+    folder of the fine-tuned model (reused when a previous run left it). ``components``:
+    ``host``, ``tools`` and ``reward``, as for ``resolve_run``."""
     from agentfly_cli.models import resolve_model
     from agentfly_cli.rollout.runner import assemble, resolve_run, run_rollout
     from agentfly_cli.rollout.tasks import load_tasks
@@ -116,7 +117,8 @@ def warm_start(config: Any, run_dir: Path, *, console: bool = True) -> Path:
                 "rollout": config.rollout.model_copy(update={"n": 1}),
                 "out": None,
             }
-        )
+        ),
+        **components,
     )
     # the scripted backend, made once the run's tools, envs and options are checked
     from agentfly_cli.rollout.backends.scripted import ScriptedBackend, load_script
@@ -154,11 +156,11 @@ def warm_start(config: Any, run_dir: Path, *, console: bool = True) -> Path:
     return model_dir
 
 
-def warm_started(config: Any, run_dir: Path, *, console: bool = True) -> Any:
+def warm_started(config: Any, run_dir: Path, *, console: bool = True, **components: Any) -> Any:
     """``config`` with its model replaced by the warm-started one when
     ``trainer.warm_start.enabled``; else ``config`` as it is."""
     if not config.trainer.warm_start.enabled:
         return config
-    model_dir = str(warm_start(config, run_dir, console=console))
+    model_dir = str(warm_start(config, run_dir, console=console, **components))
     backend = config.backend.model_copy(update={"model": None})
     return config.model_copy(update={"model": model_dir, "backend": backend})
