@@ -343,8 +343,11 @@ def _backend_register(staged: list[Entry], provenance: Provenance, _: Any) -> Ca
 
 
 def _algorithm_register(staged: list[Entry], provenance: Provenance, _: Any) -> Callable[..., None]:
-    def register(kind: str, name: str, fn: Any, description: str = "") -> None:
-        """``kind`` is "advantage" or "policy_loss"; ``fn`` is the estimator or loss."""
+    def register(kind: str, name: str, fn: Any, description: str = "", **traits: bool) -> None:
+        """``kind`` is "advantage" or "policy_loss"; ``fn`` is the estimator or loss. An
+        estimator declares ``group_relative`` and ``needs_values`` (both default False)."""
+        from agentfly_cli.train.algorithms import RegisteredEstimator
+
         if kind not in ALGORITHM_KINDS:
             allowed = ", ".join(repr(k) for k in ALGORITHM_KINDS)
             raise ValueError(f"unknown algorithm kind {kind!r} for '{name}'; kinds: {allowed}")
@@ -352,7 +355,14 @@ def _algorithm_register(staged: list[Entry], provenance: Provenance, _: Any) -> 
             raise TypeError(f"{kind} name must be a non-empty string, got {name!r}")
         if not callable(fn):
             raise TypeError(f"{kind} '{name}': fn must be callable")
+        allowed = ("group_relative", "needs_values") if kind == "advantage" else ()
+        unknown = sorted(set(traits) - set(allowed))
+        if unknown:
+            known = ", ".join(allowed) or "none"
+            raise TypeError(f"{kind} '{name}': unknown trait(s) {', '.join(unknown)}; {known}")
         summary = description or (getattr(fn, "__doc__", None) or "").strip().split("\n")[0]
+        if kind == "advantage":
+            fn = RegisteredEstimator(fn, **{k: bool(v) for k, v in traits.items()})
         staged.append(Entry(ALGORITHM_KINDS[kind], name, fn, provenance, summary))
 
     return register

@@ -581,7 +581,7 @@ def no_loss(logprobs, old_logprobs, advantages, mask, config):
 
 @hookimpl
 def register_algorithms(register):
-    register("advantage", "max_baseline", max_baseline)
+    register("advantage", "max_baseline", max_baseline, group_relative=True)
     register("policy_loss", "no_loss", no_loss, "Trains nothing")
 """
 
@@ -598,6 +598,35 @@ def test_hook_register_algorithms(make_plugin):
     assert entry.provenance.distribution == dist and not entry.provenance.builtin
     assert host.components.policy_losses.entry("no_loss").description == "Trains nothing"
     assert host.plugins[0].hooks == ["register_algorithms"]
+    # what the trainer must know is declared at registration, not inferred from the name
+    assert estimator.group_relative and not estimator.needs_values
+
+
+def test_the_builtin_estimators_declare_their_traits():
+    traits = {
+        name: (
+            get_advantage_estimator(name).group_relative,
+            get_advantage_estimator(name).needs_values,
+        )
+        for name in ("grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "gae")
+    }
+    assert traits == {
+        "grpo": (True, False),
+        "rloo": (True, False),
+        "reinforce_pp": (False, False),
+        "reinforce_pp_baseline": (True, False),
+        "gae": (False, True),
+    }
+
+
+def test_an_unknown_estimator_trait_is_a_hook_error(make_plugin):
+    dist = make_plugin(
+        "from agentfly_cli import hookimpl\n@hookimpl\ndef register_algorithms(register):\n"
+        "    register('advantage', 'mine', lambda data, config: None, needs_critic=True)\n"
+    )
+    host = load_plugins(only={dist})
+    message = host.plugins[0].hook_errors["register_algorithms"]
+    assert "unknown trait(s) needs_critic; group_relative, needs_values" in message
 
 
 def test_duplicate_algorithm_name_is_a_conflict_naming_both_plugins(make_plugin):
@@ -615,7 +644,7 @@ def test_duplicate_algorithm_name_is_a_conflict_naming_both_plugins(make_plugin)
     set_plugin_host(host)
     with pytest.raises(ComponentConflictError, match="registered by both"):
         get_advantage_estimator("grpo")
-    assert get_advantage_estimator("rloo").__name__ == "rloo_advantages"
+    assert get_advantage_estimator("rloo").fn.__name__ == "rloo_advantages"
 
 
 def test_unknown_algorithm_kind_is_a_hook_error(make_plugin):

@@ -126,6 +126,22 @@ AdvantageEstimator = Callable[[AdvantageInput, AlgorithmConfig], AdvantageOutput
 PolicyLoss = Callable[..., "tuple[torch.Tensor, dict[str, float]]"]
 
 
+@dataclass(frozen=True)
+class RegisteredEstimator:
+    """A registered advantage estimator, with what the trainer must know about it (declared
+    at registration: ``register("advantage", name, fn, group_relative=..., needs_values=...)``).
+    Calling it calls ``fn``."""
+
+    fn: AdvantageEstimator
+    #: compares the chains of one task: needs rollout.n >= 2, and equal rewards teach nothing
+    group_relative: bool = False
+    #: needs per-token value estimates: the trainer trains a value head beside the policy
+    needs_values: bool = False
+
+    def __call__(self, data: AdvantageInput, config: AlgorithmConfig) -> AdvantageOutput:
+        return self.fn(data, config)
+
+
 def needs_reference(config: AlgorithmConfig) -> bool:
     """Whether a reference model must be loaded (only when the KL has a weight)."""
     return config.kl_coef > 0.0
@@ -143,7 +159,7 @@ def zero_variance_groups(rewards: Any, group_ids: Sequence[Hashable]) -> list[bo
     return [spans[key][0] != spans[key][1] for key in group_ids]
 
 
-def get_advantage_estimator(name: str) -> AdvantageEstimator:
+def get_advantage_estimator(name: str) -> RegisteredEstimator:
     """The advantage estimator registered as ``name`` (a built-in or a plugin's)."""
     return _lookup("advantages", "advantage estimator", "algorithm.advantage", name)
 

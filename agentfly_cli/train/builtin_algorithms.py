@@ -12,15 +12,22 @@ from typing import Any
 
 from agentfly_cli.hookspecs import hookimpl
 
+GROUP = {"group_relative": True}
+# name: (function, description, what the trainer must know)
 ADVANTAGES = {
-    "grpo": ("grpo_advantages", "GRPO: group-normalised reward (Dr.GRPO: norm_adv_by_std=False)"),
-    "rloo": ("rloo_advantages", "RLOO: reward minus the mean of the group's other samples"),
-    "reinforce_pp": ("reinforce_pp_advantages", "REINFORCE++: discounted returns, whitened"),
+    "grpo": (
+        "grpo_advantages",
+        "GRPO: group-normalised reward (Dr.GRPO: norm_adv_by_std=False)",
+        GROUP,
+    ),
+    "rloo": ("rloo_advantages", "RLOO: reward minus the mean of the group's other samples", GROUP),
+    "reinforce_pp": ("reinforce_pp_advantages", "REINFORCE++: discounted returns, whitened", {}),
     "reinforce_pp_baseline": (
         "reinforce_pp_baseline_advantages",
         "REINFORCE++ with the group mean reward as baseline",
+        GROUP,
     ),
-    "gae": ("gae_advantages", "PPO's GAE with a value head (gamma, lam)"),
+    "gae": ("gae_advantages", "PPO's GAE with a value head (gamma, lam)", {"needs_values": True}),
 }
 POLICY_LOSSES = {
     "ppo": ("ppo_loss", "Clipped PPO: clip_ratio_low/high (clip-higher), dual clip_ratio_c"),
@@ -41,9 +48,9 @@ def lazy(module: str, attribute: str, description: str) -> Callable[..., Any]:
 
 @hookimpl
 def register_algorithms(register):
-    for name, (attribute, description) in ADVANTAGES.items():
+    for name, (attribute, description, traits) in ADVANTAGES.items():
         function = lazy("agentfly_cli.train.advantages", attribute, description)
-        register("advantage", name, function, description)
+        register("advantage", name, function, description, **traits)
     for name, (attribute, description) in POLICY_LOSSES.items():
         function = lazy("agentfly_cli.train.losses", attribute, description)
         register("policy_loss", name, function, description)

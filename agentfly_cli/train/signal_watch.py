@@ -5,8 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-#: Advantage estimators that compare the chains of a task: equal rewards give no signal.
-GROUP_RELATIVE = ("grpo", "rloo", "reinforce_pp_baseline")
 #: Steps in a row without a group that has reward spread before the trainer warns.
 FLAT_STEPS_WARNING = 3
 
@@ -14,15 +12,16 @@ FLAT_STEPS_WARNING = 3
 class FlatRewardWatch:
     """Warns once when no group had reward spread for :data:`FLAT_STEPS_WARNING` steps."""
 
-    def __init__(self, advantage: str, run_dir: Path) -> None:
+    def __init__(self, advantage: str, run_dir: Path, *, group_relative: bool) -> None:
         self.advantage = advantage
+        self.group_relative = group_relative  # equal rewards in a group give no signal
         self.run_dir = run_dir
         self.flat_steps = 0  # steps in a row where no group had reward spread
         self.warned = False
 
     def check(self, metrics: Mapping[str, float], warn: Callable[[str], None]) -> None:
         """Look at one step's metrics; call ``warn`` with the advice the first time."""
-        if self.advantage not in GROUP_RELATIVE or self.warned:
+        if not self.group_relative or self.warned:
             return
         if metrics.get("reward/groups_with_spread") != 0.0:
             self.flat_steps = 0

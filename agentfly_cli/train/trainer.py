@@ -24,7 +24,7 @@ from agentfly_cli.train import distributed
 from agentfly_cli.train.checkpoint import CheckpointManager
 from agentfly_cli.train.curriculum import task_stream
 from agentfly_cli.train.logprobs import auto_chunk_size, logprob_temperature, split_model
-from agentfly_cli.train.signal_watch import GROUP_RELATIVE, FlatRewardWatch
+from agentfly_cli.train.signal_watch import FlatRewardWatch
 from agentfly_cli.train.step_progress import StepProgress
 from agentfly_cli.train.update import PolicyUpdate, StepBatch
 
@@ -69,7 +69,9 @@ class Trainer:
         self.advantage_fn = alg.get_advantage_estimator(self.algo.advantage)
         self.policy_loss_fn = alg.get_policy_loss(self.algo.policy_loss)
         self._warned_sync = False
-        self.signal_watch = FlatRewardWatch(self.algo.advantage, self.run_dir)
+        self.signal_watch = FlatRewardWatch(
+            self.algo.advantage, self.run_dir, group_relative=self.advantage_fn.group_relative
+        )
         self.progress = StepProgress()  # the phase of the running step, for the live display
 
     # ---- setup -------------------------------------------------------------------------------
@@ -173,7 +175,7 @@ class Trainer:
     def _check_group_size(self) -> None:
         """Group-relative estimators compare the chains of a task: one chain learns nothing."""
         n = self.config.rollout.n
-        if self.algo.advantage in GROUP_RELATIVE and n < 2:
+        if self.advantage_fn.group_relative and n < 2:
             raise UserError(
                 f"trainer.algorithm.advantage {self.algo.advantage} compares the chains of a "
                 f"task, but rollout.n is {n}; set rollout.n to 2 or more (e.g. 8)"

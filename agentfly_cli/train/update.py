@@ -110,7 +110,7 @@ class PolicyUpdate:
         self.policy_loss_fn = alg.get_policy_loss(self.algo.policy_loss)
         self.value_head = None
         self.value_optimizer = None
-        if self.algo.advantage == "gae":
+        if self.advantage_fn.needs_values:
             hidden = train.unwrapped().config.hidden_size
             self.value_head = ValueHead(hidden).to(train.device)
             self.value_optimizer = torch.optim.AdamW(
@@ -158,7 +158,7 @@ class PolicyUpdate:
         settings, algo = self.settings, self.algo
         return (
             settings.epochs * settings.mini_batches > 1
-            or algo.advantage == "gae"
+            or self.advantage_fn.needs_values
             or (algo.kl_coef > 0 and algo.kl_in_reward)
         )
 
