@@ -10,7 +10,6 @@ through ``Backend.update_weights``.
 from __future__ import annotations
 
 import contextlib
-import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,8 +26,7 @@ from agentfly_cli.train.logprobs import auto_chunk_size, logprob_temperature, sp
 from agentfly_cli.train.signal_watch import FlatRewardWatch
 from agentfly_cli.train.step_progress import StepProgress
 from agentfly_cli.train.update import PolicyUpdate, StepBatch
-
-log = logging.getLogger(__name__)
+from agentfly_cli.train.weight_sync import SharedModel, can_share_model, choose_weight_sync
 
 
 @dataclass
@@ -68,7 +66,6 @@ class Trainer:
         self.console_file = console_file
         self.advantage_fn = alg.get_advantage_estimator(self.algo.advantage)
         self.policy_loss_fn = alg.get_policy_loss(self.algo.policy_loss)
-        self._warned_sync = False
         self.signal_watch = FlatRewardWatch(
             self.algo.advantage, self.run_dir, group_relative=self.advantage_fn.group_relative
         )
@@ -102,8 +99,8 @@ class Trainer:
         self.model_path = resolved.model_path
         self.train = build_train_backend(self.model_path, backend_settings)
         self._check_world_size()
-        self.shared_model = self._can_share(resolved.backend_config)
-        if self.shared_model:  # the hf backend samples from the policy's own model object
+        shared = can_share_model(resolved.backend_config, backend_settings, self.train.device)
+        if shared:  # the hf backend samples from the policy's own model object
             from agentfly_cli.rollout.backends.hf import HFBackend
 
             backend = HFBackend(
@@ -113,11 +110,7 @@ class Trainer:
             backend = resolved.build_backend()
         self.rollout = assemble(resolved, backend)
         self.engine = self.rollout.engine
-        if not self.shared_model and not self.engine.backend.takes_weights:
-            raise UserError(
-                f"the {self.engine.backend.name} rollout backend cannot take new weights, so "
-                "rollouts would never follow the trained policy; train with backend hf or vllm"
-            )
+        self.sync = choose_weight_sync(self.train, backend, backend_settings, shared=shared)
         self.chunk = settings.logprob_chunk or auto_chunk_size(split_model(self.train.model)[1])
         # logprobs of the distribution the rollouts were sampled from (logits / T)
         self.temperature = logprob_temperature(self.config.rollout.temperature)
@@ -125,14 +118,6 @@ class Trainer:
             # ZeRO-3 gathers weights in every module call: all ranks must make the same calls,
             # and a shared-prefix pass is one more body call than a plain one.
             self.share_prefix = False
-        self._pushes_adapters = (
-            backend_settings.lora is not None and backend_settings.sync == "adapter"
-        )
-        if self._pushes_adapters and not self.engine.backend.takes_adapters:
-            raise UserError(
-                f"trainer.backend.sync: adapter needs a rollout backend that takes LoRA adapters "
-                f"(hf); the {self.engine.backend.name} backend does not: use sync: merge"
-            )
         self.chat = self.engine.chat
         from agentfly_cli.train.evaluation import HeldOutEval, split_tasks
 
@@ -188,17 +173,6 @@ class Trainer:
                 f"trainer.tasks_per_step ({self.settings.tasks_per_step}) must split evenly "
                 f"over the {world} ranks; make it a multiple of {world}"
             )
-
-    def _can_share(self, backend_config) -> bool:
-        """One model for rollouts and training: torch backend, hf rollouts, full weights."""
-        train = self.settings.backend
-        return (
-            backend_config.name == "hf"
-            and train.name == "torch"
-            and train.lora is None
-            and backend_config.device in ("auto", str(self.train.device))
-            and backend_config.dtype in ("auto", train.dtype)
-        )
 
     def _load_reference(self):
         from agentfly_cli.train.backends.base import load_hf_model
@@ -358,8 +332,12 @@ class Trainer:
         ``backend.prefix_cache_tokens``) goes before the update, which outdates it (it would
         sit beside the activations and optimizer state), and after a held-out eval, whose
         chains no training chain extends."""
-        if self.shared_model:
-            await self.engine.backend.update_weights({})
+        await self.sync.release_memory()
+
+    @property
+    def shared_model(self) -> bool:
+        """Rollouts sample from the policy's own model object (no weights are copied)."""
+        return isinstance(self.sync, SharedModel)
 
     def _write_trajectories(self, stem: str, trajectories: list[Trajectory]) -> None:
         from agentfly_cli.rollout.trajectory import write_trajectories
@@ -382,25 +360,7 @@ class Trainer:
 
     # ---- sync and checkpoints -------------------------------------------------------------
     async def _sync_weights(self) -> None:
-        backend = self.engine.backend
-        if self.shared_model:
-            # Same tensors: nothing to copy; the backend drops KV computed with old weights.
-            await backend.update_weights({})
-            return
-        if self._pushes_adapters:
-            peft_config = self.train.unwrapped().peft_config["default"]
-            await backend.update_adapter(dict(self.train.sync_weights()), peft_config)
-            return
-        try:
-            await backend.update_weights(self.train.sync_weights())
-        except NotImplementedError:
-            if not self._warned_sync:
-                log.warning(
-                    "the %s rollout backend does not take new weights; rollouts keep the "
-                    "initial policy",
-                    backend.name,
-                )
-                self._warned_sync = True
+        await self.sync.push()
 
     def _save(self, step: int) -> None:
         extra = {}

@@ -1,0 +1,91 @@
+"""How trained weights reach the rollout backend: one strategy, chosen once at setup.
+
+- :class:`SharedModel`: the hf backend samples from the policy's own model object (torch train
+  backend, full weights, one device and dtype): nothing is copied; the backend only drops the
+  KV it computed with the old weights.
+- :class:`AdapterPush`: LoRA with ``trainer.backend.sync: adapter``: only the adapter tensors
+  travel, and the backend keeps its base weights.
+- :class:`FullPush`: every other pair (vllm, another device or dtype, DeepSpeed, LoRA merged):
+  the (merged) weights are pushed through ``Backend.update_weights``.
+
+:func:`choose_weight_sync` refuses, with a one-line error, a backend that cannot take what the
+strategy pushes (its ``takes_weights`` / ``takes_adapters`` flags).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentfly_cli.errors import UserError
+
+
+class WeightSync:
+    """Push the train backend's weights to the rollout backend after an update."""
+
+    name = "sync"
+
+    def __init__(self, train: Any, backend: Any) -> None:
+        self.train, self.backend = train, backend
+
+    async def push(self) -> None:
+        raise NotImplementedError
+
+    async def release_memory(self) -> None:
+        """Free what the rollouts keep that the update would make stale (only when rollouts
+        and training share one model, their KV would sit beside the activations)."""
+
+
+class SharedModel(WeightSync):
+    name = "shared"
+
+    async def push(self) -> None:
+        await self.backend.update_weights({})  # same tensors: only the stale KV goes
+
+    async def release_memory(self) -> None:
+        await self.backend.update_weights({})
+
+
+class AdapterPush(WeightSync):
+    name = "adapter"
+
+    async def push(self) -> None:
+        config = self.train.unwrapped().peft_config["default"]
+        await self.backend.update_adapter(dict(self.train.sync_weights()), config)
+
+
+class FullPush(WeightSync):
+    name = "full"
+
+    async def push(self) -> None:
+        await self.backend.update_weights(self.train.sync_weights())
+
+
+def can_share_model(backend_config: Any, train_settings: Any, train_device: Any) -> bool:
+    """One model for rollouts and training: torch backend, hf rollouts, full weights, the same
+    device and dtype."""
+    return (
+        backend_config.name == "hf"
+        and train_settings.name == "torch"
+        and train_settings.lora is None
+        and backend_config.device in ("auto", str(train_device))
+        and backend_config.dtype in ("auto", train_settings.dtype)
+    )
+
+
+def choose_weight_sync(train: Any, backend: Any, train_settings: Any, *, shared: bool):
+    """The strategy for this pair; a one-line error when the backend cannot take its pushes."""
+    if shared:
+        return SharedModel(train, backend)
+    if train_settings.lora is not None and train_settings.sync == "adapter":
+        if not backend.takes_adapters:
+            raise UserError(
+                "trainer.backend.sync: adapter needs a rollout backend that takes LoRA adapters "
+                f"(hf); the {backend.name} backend does not: use sync: merge"
+            )
+        return AdapterPush(train, backend)
+    if not backend.takes_weights:
+        raise UserError(
+            f"the {backend.name} rollout backend cannot take new weights, so rollouts would "
+            "never follow the trained policy; train with backend hf or vllm"
+        )
+    return FullPush(train, backend)
