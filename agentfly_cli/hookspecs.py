@@ -52,6 +52,11 @@ def register_backends(register):
 
 
 @hookspec
+def register_train_backends(register):
+    """Register train backends: ``register(name, factory, description="")``."""
+
+
+@hookspec
 def register_algorithms(register):
     """Register advantages or policy losses: ``register(kind, name, fn, description="")``."""
 

@@ -21,7 +21,7 @@ import pluggy
 
 from agentfly_cli import hookspecs, settings
 from agentfly_cli.errors import ComponentConflictError
-from agentfly_cli.registry import BackendRef, Components, Entry, Provenance, RecipeRef
+from agentfly_cli.registry import SINGULAR, BackendRef, Components, Entry, Provenance, RecipeRef
 from agentfly_cli.rewards import Reward
 from agentfly_cli.tools import Tool
 
@@ -34,6 +34,7 @@ HOOK_KINDS = {
     "register_envs": ("envs",),
     "register_recipes": ("recipes",),
     "register_backends": ("backends",),
+    "register_train_backends": ("train_backends",),
     "register_algorithms": ("advantages", "policy_losses"),
 }
 ALGORITHM_KINDS = {"advantage": "advantages", "policy_loss": "policy_losses"}
@@ -332,14 +333,18 @@ def _recipe_register(
     return register
 
 
-def _backend_register(staged: list[Entry], provenance: Provenance, _: Any) -> Callable[..., None]:
-    def register(name: str, factory: Any, description: str = "") -> None:
-        if not callable(factory):
-            raise TypeError(f"backend '{name}': factory must be callable")
-        backend = BackendRef(name, factory, description)
-        staged.append(Entry("backends", name, backend, provenance, description))
+def _backend_register(kind: str) -> Callable[..., Callable[..., None]]:
+    def factory(staged: list[Entry], provenance: Provenance, _: Any) -> Callable[..., None]:
+        def register(name: str, factory: Any, description: str = "") -> None:
+            if not callable(factory):
+                label = SINGULAR.get(kind, "backend")
+                raise TypeError(f"{label} '{name}': factory must be callable")
+            backend = BackendRef(name, factory, description)
+            staged.append(Entry(kind, name, backend, provenance, description))
 
-    return register
+        return register
+
+    return factory
 
 
 def _algorithm_register(staged: list[Entry], provenance: Provenance, _: Any) -> Callable[..., None]:
@@ -373,7 +378,8 @@ _REGISTER_FACTORIES = {
     "register_rewards": _callable_register("rewards", Reward),
     "register_envs": _env_register,
     "register_recipes": _recipe_register,
-    "register_backends": _backend_register,
+    "register_backends": _backend_register("backends"),
+    "register_train_backends": _backend_register("train_backends"),
     "register_algorithms": _algorithm_register,
 }
 

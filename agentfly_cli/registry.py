@@ -9,10 +9,23 @@ from typing import Any
 
 from agentfly_cli.errors import ComponentConflictError, UnknownComponentError
 
-KINDS = ("tools", "rewards", "envs", "recipes", "backends", "advantages", "policy_losses")
+KINDS = (
+    "tools",
+    "rewards",
+    "envs",
+    "recipes",
+    "backends",
+    "train_backends",
+    "advantages",
+    "policy_losses",
+)
 # the kinds that have an `agentfly KIND list` command (tests check that each one exists)
 LISTED_KINDS = ("tools", "rewards", "envs", "recipes", "backends")
-SINGULAR = {"advantages": "advantage", "policy_losses": "policy_loss"}
+SINGULAR = {
+    "advantages": "advantage",
+    "policy_losses": "policy_loss",
+    "train_backends": "train backend",
+}
 
 
 @dataclass(frozen=True)
@@ -54,7 +67,8 @@ class RecipeRef:
 
 @dataclass(frozen=True)
 class BackendRef:
-    """An LLM backend: a factory that builds it from its config."""
+    """A backend: a factory that builds it from its config. An LLM backend:
+    ``factory(BackendConfig, chat)``; a train backend: ``factory(model_path, config)``."""
 
     name: str
     factory: Any
@@ -143,6 +157,7 @@ class Components:
     envs: Registry = field(default_factory=lambda: Registry("envs"))
     recipes: Registry = field(default_factory=lambda: Registry("recipes"))
     backends: Registry = field(default_factory=lambda: Registry("backends"))
+    train_backends: Registry = field(default_factory=lambda: Registry("train_backends"))
     advantages: Registry = field(default_factory=lambda: Registry("advantages"))
     policy_losses: Registry = field(default_factory=lambda: Registry("policy_losses"))
 

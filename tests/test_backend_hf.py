@@ -9,13 +9,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from agentfly_cli.devices import pick_dtype  # noqa: E402
 from agentfly_cli.errors import UserError  # noqa: E402
 from agentfly_cli.rollout.backends.base import (  # noqa: E402
     BackendConfig,
     BackendUnavailableError,
     SamplingParams,
 )
-from agentfly_cli.rollout.backends.hf import HFBackend, _pick_dtype  # noqa: E402
+from agentfly_cli.rollout.backends.hf import HFBackend  # noqa: E402
 
 TEXTS = [
     "Hello, world!",
@@ -267,7 +268,7 @@ def test_closed_backend_refuses_requests(tiny_model, tokenizer, prompts):
 
 def test_bad_dtype_and_missing_model_are_user_errors():
     with pytest.raises(UserError, match="dtype"):
-        _pick_dtype("float8", "cpu")
+        pick_dtype("float8", "cpu", "backend.dtype")
     with pytest.raises(UserError, match="backend.model"):
         HFBackend(BackendConfig(model=None))
 

@@ -127,6 +127,44 @@ def register_backends(register):
     assert backend.factory({"a": 1}) == ("backend", {"a": 1})
 
 
+def test_hook_register_train_backends(make_plugin, tiny_model, tmp_path):
+    """A train backend is a plugin away: this one wraps the torch backend, and a run uses it."""
+    dist = make_plugin(
+        """
+from agentfly_cli import hookimpl
+
+def make_marked(model_path, config):
+    from agentfly_cli.train.backends.torch_backend import TorchBackend
+
+    backend = TorchBackend(model_path, config)
+    backend.built_by_plugin = True
+    return backend
+
+@hookimpl
+def register_train_backends(register):
+    register("marked", make_marked, description="torch, marked")
+"""
+    )
+    host = load("agentfly-cli", dist)
+    entry = host.components.train_backends.entry("marked")
+    assert entry.description == "torch, marked" and entry.provenance.distribution == dist
+    assert {"torch", "deepspeed"} <= set(host.components.train_backends)
+
+    from agentfly_cli.api import load_config
+    from agentfly_cli.train.trainer import Trainer
+
+    config = load_config(
+        "calculator",
+        model=str(tiny_model),
+        data={"limit": 2},
+        rollout={"n": 2, "max_turns": 1, "max_tokens_per_turn": 4},
+        trainer={"steps": 1, "tasks_per_step": 2, "backend": {"name": "marked"}},
+    )
+    trainer = Trainer(config, run_dir=tmp_path / "run", console=False, host=host)
+    assert trainer.fit().steps == 1
+    assert trainer.train.built_by_plugin and trainer.shared_model  # shares like torch
+
+
 def test_hook_register_commands(make_plugin):
     dist = make_plugin(
         """
@@ -330,6 +368,7 @@ def test_hook_names_match_the_hookspecs():
         "register_envs",
         "register_recipes",
         "register_backends",
+        "register_train_backends",
         "register_algorithms",
         "register_commands",
     ]

@@ -136,7 +136,7 @@ def one_line_error(result) -> str:
         ("trainer.algorithm.advantag=grpo", "did you mean 'advantage'?"),
         ("trainer.algorithm.advantag=grpo", "allowed: advantage, policy_loss"),
         ("trainer.steps=many", "trainer.steps: Input should be a valid integer"),
-        ("trainer.backend.name=jax", "trainer.backend.name: Input should be 'torch' or"),
+        ("trainer.backend.name=jax", "unknown train backend 'jax'; available: deepspeed, torch"),
         ("trainer.algorithm.loss_agg=mean", "'token-mean', 'seq-mean-token-mean'"),
         ("trainer.algorithm.clip_ratio_c=0.5", "clip_ratio_c must be > 1"),
         ("trainer.algorithm.advantage=grpoo", "unknown advantage estimator 'grpoo'"),

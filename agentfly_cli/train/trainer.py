@@ -95,11 +95,17 @@ class Trainer:
                 "(e.g. exact_match); see `agentfly rewards list`"
             )
 
+        if self.host is None:
+            from agentfly_cli.plugins import get_plugin_host
+
+            self.host = get_plugin_host()
+        # an unknown train backend fails here, before anything loads
+        self.host.components.train_backends.get(backend_settings.name)
         resolved = resolve_run(self.config, self.host, **self.components)
         self.model_path = resolved.model_path
-        self.train = build_train_backend(self.model_path, backend_settings)
+        self.train = build_train_backend(self.model_path, backend_settings, self.host)
         self._check_world_size()
-        shared = can_share_model(resolved.backend_config, backend_settings, self.train.device)
+        shared = can_share_model(resolved.backend_config, self.train, backend_settings)
         if shared:  # the hf backend samples from the policy's own model object
             from agentfly_cli.rollout.backends.hf import HFBackend
 

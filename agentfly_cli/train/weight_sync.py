@@ -60,14 +60,14 @@ class FullPush(WeightSync):
         await self.backend.update_weights(self.train.sync_weights())
 
 
-def can_share_model(backend_config: Any, train_settings: Any, train_device: Any) -> bool:
-    """One model for rollouts and training: torch backend, hf rollouts, full weights, the same
-    device and dtype."""
+def can_share_model(backend_config: Any, train: Any, train_settings: Any) -> bool:
+    """One model for rollouts and training: a train backend whose model object can be
+    shared (``shares_model``: torch), hf rollouts, full weights, the same device and dtype."""
     return (
         backend_config.name == "hf"
-        and train_settings.name == "torch"
+        and getattr(train, "shares_model", False)
         and train_settings.lora is None
-        and backend_config.device in ("auto", str(train_device))
+        and backend_config.device in ("auto", str(train.device))
         and backend_config.dtype in ("auto", train_settings.dtype)
     )
 

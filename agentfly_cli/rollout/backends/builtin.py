@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from agentfly_cli.hookspecs import hookimpl
 
+# the same built-in plugin registers the train backends
+from agentfly_cli.train.backends.builtin import register_train_backends  # noqa: F401
+
 
 def make_hf(config, chat):
     from agentfly_cli.rollout.backends.hf import HFBackend

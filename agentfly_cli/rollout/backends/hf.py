@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentfly_cli.devices import pick_device, pick_dtype
 from agentfly_cli.errors import UserError
 from agentfly_cli.rollout.backends.base import (
     Backend,
@@ -68,34 +69,6 @@ class _Row:
     admitted_at: float = 0.0
 
 
-def _pick_device(name: str) -> str:
-    import torch
-
-    if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise BackendUnavailableError(
-            f"hf backend: device {name!r} asked for but CUDA is not available; "
-            "set backend.device to cpu or auto"
-        )
-    return name
-
-
-def _pick_dtype(name: str, device: str):
-    import torch
-
-    if name == "auto":
-        if device.startswith("cuda"):
-            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
-        return torch.float32
-    dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-    if name not in dtypes:
-        raise UserError(
-            f"backend.dtype {name!r} is not known; use one of: auto, {', '.join(dtypes)}"
-        )
-    return dtypes[name]
-
-
 def _as_ids(value: Any) -> set[int]:
     if value is None:
         return set()
@@ -126,8 +99,8 @@ class HFBackend(Backend):
         if model is None:
             if not config.model:
                 raise UserError("the hf backend needs backend.model: a model folder or alias")
-            self.device = _pick_device(config.device)
-            dtype = _pick_dtype(config.dtype, self.device)
+            self.device = str(pick_device(config.device, "backend.device"))
+            dtype = pick_dtype(config.dtype, self.device, "backend.dtype")
             try:
                 model = AutoModelForCausalLM.from_pretrained(config.model, dtype=dtype)
             except (OSError, ValueError) as exc:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agentfly_cli.devices import pick_device, pick_dtype
 from agentfly_cli.errors import UserError
 from agentfly_cli.train.backends.config import LoraSettings, TrainBackendConfig
 
@@ -45,36 +46,14 @@ Gather = Callable[[list], contextlib.AbstractContextManager]
 
 
 def resolve_device(name: str) -> torch.device:
-    """``auto`` -> cuda when available, else cpu; a CUDA device without CUDA is a UserError."""
-    import torch
-
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise UserError(
-            f"train backend: device {name!r} asked for but CUDA is not available; "
-            "set trainer.backend.device to cpu or auto"
-        )
-    try:
-        return torch.device(name)
-    except RuntimeError:
-        raise UserError(
-            f"train backend: device {name!r} is not known; use cpu, cuda, cuda:N or auto"
-        ) from None
+    """The train backend's device (``trainer.backend.device``)."""
+    return pick_device(name, "trainer.backend.device")
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
-    """``auto`` -> bfloat16 on CUDA with bf16 support, else float32."""
-    import torch
-
-    if name == "auto":
-        if device.type == "cuda" and torch.cuda.is_bf16_supported():
-            return torch.bfloat16
-        return torch.float32
-    dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-    if name not in dtypes:
-        raise UserError(f"train backend: dtype {name!r} is not known; use auto, float32, bfloat16")
-    return dtypes[name]
+    """The train backend's dtype: float32 or bfloat16 (``auto``: bfloat16 on a CUDA device that
+    supports it)."""
+    return pick_dtype(name, device, "trainer.backend.dtype", ("float32", "bfloat16"))
 
 
 def check_schedule(config: TrainBackendConfig) -> None:
@@ -280,6 +259,8 @@ class TrainBackend(abc.ABC):
     world_size: int = 1
     rank: int = 0
     config: TrainBackendConfig
+    #: The hf rollout backend may sample from ``unwrapped()`` itself (no weight copies).
+    shares_model: bool = False
     #: Gradients are summed into each weight's ``.grad`` and read only at ``step()``; a backend
     #: that takes them from a hook as they are accumulated (DeepSpeed ZeRO) says False.
     plain_grad_accumulation: bool = False
@@ -350,17 +331,3 @@ class TrainBackend(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release the model and optimizer."""
-
-
-def build_train_backend(model_path: str | Path, config: TrainBackendConfig) -> TrainBackend:
-    """Load the model folder and wrap it in the backend that ``config.name`` names."""
-    check_schedule(config)
-    if config.name == "torch":
-        from agentfly_cli.train.backends.torch_backend import TorchBackend
-
-        return TorchBackend(model_path, config)
-    if config.name == "deepspeed":
-        from agentfly_cli.train.backends.deepspeed_backend import DeepSpeedBackend
-
-        return DeepSpeedBackend(model_path, config)
-    raise UserError(f"train backend {config.name!r} is not known; use torch or deepspeed")

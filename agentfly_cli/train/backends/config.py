@@ -25,7 +25,9 @@ class TrainBackendConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: Literal["torch", "deepspeed"] = Field("torch", description="torch or deepspeed")
+    name: str = Field(
+        "torch", description="torch, deepspeed, or a plugin's (register_train_backends)"
+    )
     device: str = Field("auto", description="torch: cpu, cuda, cuda:N or auto")
     dtype: Literal["auto", "float32", "bfloat16"] = Field(
         "auto", description="auto: bfloat16 on CUDA with bf16 support, else float32"

@@ -71,6 +71,7 @@ class TorchBackend(TrainBackend):
 
     name = "torch"
     plain_grad_accumulation = True
+    shares_model = True
 
     def __init__(self, model_path: str | Path, config: TrainBackendConfig):
         """Load ``model_path`` onto the configured device and dtype, build optimizer and LR."""
