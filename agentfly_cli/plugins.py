@@ -21,7 +21,15 @@ import pluggy
 
 from agentfly_cli import hookspecs, settings
 from agentfly_cli.errors import ComponentConflictError
-from agentfly_cli.registry import SINGULAR, BackendRef, Components, Entry, Provenance, RecipeRef
+from agentfly_cli.registry import (
+    SINGULAR,
+    BackendRef,
+    Components,
+    Entry,
+    Provenance,
+    RecipeRef,
+    RegisteredEstimator,
+)
 from agentfly_cli.rewards import Reward
 from agentfly_cli.tools import Tool
 
@@ -351,8 +359,6 @@ def _algorithm_register(staged: list[Entry], provenance: Provenance, _: Any) -> 
     def register(kind: str, name: str, fn: Any, description: str = "", **traits: bool) -> None:
         """``kind`` is "advantage" or "policy_loss"; ``fn`` is the estimator or loss. An
         estimator declares ``group_relative`` and ``needs_values`` (both default False)."""
-        from agentfly_cli.train.algorithms import RegisteredEstimator
-
         if kind not in ALGORITHM_KINDS:
             allowed = ", ".join(repr(k) for k in ALGORITHM_KINDS)
             raise ValueError(f"unknown algorithm kind {kind!r} for '{name}'; kinds: {allowed}")

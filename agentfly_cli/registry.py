@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,6 +73,23 @@ class BackendRef:
     name: str
     factory: Any
     description: str = ""
+
+
+@dataclass(frozen=True)
+class RegisteredEstimator:
+    """A registered advantage estimator, with what the trainer must know about it (declared
+    at registration: ``register("advantage", name, fn, group_relative=..., needs_values=...)``).
+    Calling it calls ``fn``."""
+
+    fn: Callable[..., Any]
+    #: compares the chains of one task: needs rollout.n >= 2, and equal rewards teach nothing
+    group_relative: bool = False
+    #: needs per-token value estimates: the trainer trains a value head beside the policy
+    needs_values: bool = False
+
+    def __call__(self, data: Any, config: Any) -> Any:
+        """``fn(data: AdvantageInput, config: AlgorithmConfig) -> AdvantageOutput``."""
+        return self.fn(data, config)
 
 
 @dataclass

@@ -12,6 +12,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from agentfly_cli.envs.pool_errors import LeaseExpired
 from agentfly_cli.envs.providers.base import EnvHandle, EnvProxy
 
 
@@ -36,7 +37,6 @@ class TimedLease(EnvHandle):
             self._expiry.set_result(None)
 
     def check(self) -> None:
-        from agentfly_cli.envs.pool import LeaseExpired
 
         if self.expired:
             raise LeaseExpired(self.expired_message)

@@ -28,36 +28,19 @@ from typing import Any
 from agentfly_cli.deadlines import within
 from agentfly_cli.envs.base import EnvSpec
 from agentfly_cli.envs.lease_limit import LeaseClock
+from agentfly_cli.envs.pool_errors import (  # noqa: F401 (the pool's errors, importable from here)
+    AcquireTimeout,
+    EnvConfigError,
+    EnvPoolError,
+    EnvStartError,
+    LeaseExpired,
+    PoolClosed,
+)
 from agentfly_cli.envs.providers.base import EnvHandle, EnvProvider
 from agentfly_cli.envs.timeouts import checked_seconds
 from agentfly_cli.errors import UserError
 
 log = logging.getLogger(__name__)
-
-
-class EnvPoolError(RuntimeError):
-    """Base class of the pool's errors."""
-
-
-class AcquireTimeout(EnvPoolError, TimeoutError):
-    """No env became free within the acquire timeout."""
-
-
-class EnvStartError(EnvPoolError):
-    """An env failed to start (or to reset for its task)."""
-
-
-class EnvConfigError(EnvStartError, UserError):
-    """An env cannot start because of its configuration (a missing binary, a bad option):
-    retrying will not help, so a rollout stops at once with this one-line error (exit 2)."""
-
-
-class PoolClosed(EnvPoolError):
-    """The pool was shut down."""
-
-
-class LeaseExpired(EnvPoolError):
-    """The lease was held past the pool's ``lease_timeout``; its env was taken back."""
 
 
 @dataclass(frozen=True)

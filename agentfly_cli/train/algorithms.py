@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agentfly_cli.errors import UnknownComponentError
+from agentfly_cli.registry import RegisteredEstimator
 
 if TYPE_CHECKING:
     import torch
@@ -124,22 +125,6 @@ class AdvantageOutput:
 
 AdvantageEstimator = Callable[[AdvantageInput, AlgorithmConfig], AdvantageOutput]
 PolicyLoss = Callable[..., "tuple[torch.Tensor, dict[str, float]]"]
-
-
-@dataclass(frozen=True)
-class RegisteredEstimator:
-    """A registered advantage estimator, with what the trainer must know about it (declared
-    at registration: ``register("advantage", name, fn, group_relative=..., needs_values=...)``).
-    Calling it calls ``fn``."""
-
-    fn: AdvantageEstimator
-    #: compares the chains of one task: needs rollout.n >= 2, and equal rewards teach nothing
-    group_relative: bool = False
-    #: needs per-token value estimates: the trainer trains a value head beside the policy
-    needs_values: bool = False
-
-    def __call__(self, data: AdvantageInput, config: AlgorithmConfig) -> AdvantageOutput:
-        return self.fn(data, config)
 
 
 def needs_reference(config: AlgorithmConfig) -> bool:
