@@ -126,15 +126,12 @@ class CurriculumSettings(BaseModel):
         return self.field is not None
 
 
-class TrainerSettings(BaseModel):
-    """How a training run goes: batch sizes, epochs, checkpoints, algorithm, backend."""
+class OptimizationSettings(BaseModel):
+    """What RL (``trainer:``) and SFT (``agentfly sft``) share: micro-batches, the train
+    backend, the seed, telemetry. Declared once here."""
 
     model_config = ConfigDict(extra="forbid")
 
-    steps: int = Field(20, ge=1, description="training steps (rollout + update each)")
-    tasks_per_step: int = Field(4, ge=1, description="tasks per step; each gets rollout.n chains")
-    epochs: int = Field(1, ge=1, description="passes over each step's trajectories")
-    mini_batches: int = Field(1, ge=1, description="optimizer steps per epoch")
     micro_batch_tokens: int = Field(
         4096, ge=16, description="padded tokens per forward pass (gradient accumulation unit)"
     )
@@ -145,14 +142,27 @@ class TrainerSettings(BaseModel):
         "16 MB of fp32 logits per chunk on a CPU, 128 MB on a GPU",
     )
     share_prefix: bool = Field(
-        True, description="forward a group's common prompt once (exact, with checkpointing too)"
+        True,
+        description="forward the prompt prefix that rows of a micro-batch share once (exact, "
+        "with checkpointing too)",
     )
-    shuffle: bool = Field(True, description="shuffle tasks each epoch of the dataset")
     seed: int = Field(
         0,
-        description="seeds the task order, the minibatch order and the warm start's order "
+        description="seeds the order of tasks and batches and any hold-out split of this phase "
         "(sampling: rollout.seed)",
     )
+    backend: TrainBackendConfig = Field(default_factory=TrainBackendConfig)
+    telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
+
+
+class TrainerSettings(OptimizationSettings):
+    """How a training run goes: batch sizes, epochs, checkpoints, algorithm, backend."""
+
+    steps: int = Field(20, ge=1, description="training steps (rollout + update each)")
+    tasks_per_step: int = Field(4, ge=1, description="tasks per step; each gets rollout.n chains")
+    epochs: int = Field(1, ge=1, description="passes over each step's trajectories")
+    mini_batches: int = Field(1, ge=1, description="optimizer steps per epoch")
+    shuffle: bool = Field(True, description="shuffle tasks each epoch of the dataset")
     save_every: int = Field(0, ge=0, description="checkpoint every N steps; 0: only at the end")
     keep_checkpoints: int = Field(2, ge=1, description="checkpoints kept in the run folder")
     save_only_model: bool = Field(
@@ -165,8 +175,6 @@ class TrainerSettings(BaseModel):
         True, description="write each step's trajectories to RUN_DIR/trajectories/ (agentfly view)"
     )
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
-    backend: TrainBackendConfig = Field(default_factory=TrainBackendConfig)
-    telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
     eval: EvalSettings = Field(default_factory=EvalSettings)
     warm_start: WarmStartSettings = Field(default_factory=WarmStartSettings)
     curriculum: CurriculumSettings = Field(default_factory=CurriculumSettings)

@@ -23,14 +23,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from agentfly_cli.errors import UserError
 from agentfly_cli.rollout.trajectory import Trajectory, read_trajectories
 from agentfly_cli.surrogates import json_line
 from agentfly_cli.train.backends.config import TrainBackendConfig
 from agentfly_cli.train.heap import trim_heap
-from agentfly_cli.train.settings import TelemetrySettings
+from agentfly_cli.train.settings import OptimizationSettings
 
 SUMMARY_FILE = "sft.json"
 MODEL_DIR = "model"
@@ -42,10 +42,9 @@ def _sft_backend() -> TrainBackendConfig:
     return TrainBackendConfig(lr=5e-5, lr_schedule="cosine", warmup_steps=2)
 
 
-class SFTSettings(BaseModel):
-    """How ``agentfly sft`` trains; ``--set key=value`` changes any of these."""
-
-    model_config = ConfigDict(extra="forbid")
+class SFTSettings(OptimizationSettings):
+    """How ``agentfly sft`` trains; ``--set key=value`` changes any of these (the shared ones:
+    :class:`~agentfly_cli.train.settings.OptimizationSettings`)."""
 
     epochs: int = Field(2, ge=1, description="passes over the kept trajectories")
     batch_size: int = Field(8, ge=1, description="trajectories per optimizer step")
@@ -55,19 +54,11 @@ class SFTSettings(BaseModel):
     holdout: float = Field(
         0.1, ge=0.0, lt=1.0, description="seeded share of tasks kept out to measure loss on"
     )
-    micro_batch_tokens: int = Field(
-        4096, ge=16, description="padded tokens per forward pass (gradient accumulation unit)"
-    )
-    logprob_chunk: int = Field(0, ge=0, description="positions per output-head chunk; 0: auto")
-    share_prefix: bool = Field(
-        True, description="forward the prompt prefix that a micro-batch shares once (exact)"
-    )
-    seed: int = Field(0, description="seeds the hold-out split and the batch order")
+    # SFT's own defaults for the shared backend: lr 5e-5, cosine, 2 warmup steps
     backend: TrainBackendConfig = Field(
         default_factory=_sft_backend,
         description="the torch train backend (lr 5e-5, cosine, 2 warmup steps by default)",
     )
-    telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
 
 
 def build_settings(sets: Sequence[str] = (), **flags: Any) -> SFTSettings:
