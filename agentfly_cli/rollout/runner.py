@@ -88,7 +88,7 @@ class ResolvedRun:
     parser: Any
     tools: list
     reward: Any
-    env_specs: dict[str, Any]
+    envs: ResourceManager  # the env pools' settings and options, checked; nothing started
     resolve_s: float = 0.0
 
     @property
@@ -153,6 +153,7 @@ def resolve_run(
                 f"envs.{name}: no tool of this run uses an env named '{name}' (envs in use: "
                 f"{used}); remove it or add a tool that needs it"
             )
+    envs = ResourceManager(env_specs, config.envs)  # bad pool sizes or options: before the model
     backend_ref = host.components.backends.get(config.backend.name)
 
     model = config.backend.model or config.model
@@ -178,7 +179,7 @@ def resolve_run(
         parser,
         tools,
         reward,
-        env_specs,
+        envs,
         time.perf_counter() - started,
     )
 
@@ -197,7 +198,7 @@ def assemble(resolved: ResolvedRun, backend: Any) -> RolloutRun:
         config.rollout,
         system_prompt=config.chat.system_prompt,
         examples=config.chat.examples,
-        env_manager=ResourceManager(resolved.env_specs, config.envs),
+        env_manager=resolved.envs,
         meta={"tokenizer": tokenizer_source, "template": chat.name, "backend": config.backend.name},
     )
     info = {
