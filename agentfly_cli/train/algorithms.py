@@ -144,20 +144,23 @@ def zero_variance_groups(rewards: Any, group_ids: Sequence[Hashable]) -> list[bo
     return [spans[key][0] != spans[key][1] for key in group_ids]
 
 
-def get_advantage_estimator(name: str) -> RegisteredEstimator:
-    """The advantage estimator registered as ``name`` (a built-in or a plugin's)."""
-    return _lookup("advantages", "advantage estimator", "algorithm.advantage", name)
+def get_advantage_estimator(name: str, host: Any = None) -> RegisteredEstimator:
+    """The advantage estimator registered as ``name`` (a built-in or a plugin's), from
+    ``host`` (default: the installed plugins)."""
+    return _lookup("advantages", "advantage estimator", "algorithm.advantage", name, host)
 
 
-def get_policy_loss(name: str) -> PolicyLoss:
-    """The policy loss registered as ``name`` (a built-in or a plugin's)."""
-    return _lookup("policy_losses", "policy loss", "algorithm.policy_loss", name)
+def get_policy_loss(name: str, host: Any = None) -> PolicyLoss:
+    """The policy loss registered as ``name`` (a built-in or a plugin's), from ``host``
+    (default: the installed plugins)."""
+    return _lookup("policy_losses", "policy loss", "algorithm.policy_loss", name, host)
 
 
-def _lookup(kind: str, label: str, setting: str, name: str) -> Any:
-    from agentfly_cli.plugins import get_plugin_host
+def _lookup(kind: str, label: str, setting: str, name: str, host: Any) -> Any:
+    if host is None:
+        from agentfly_cli.plugins import get_plugin_host
 
-    host = get_plugin_host()
+        host = get_plugin_host()
     registry = host.components.of(kind)
     try:
         return registry.get(name)

@@ -64,8 +64,8 @@ class Trainer:
         self.resume = resume
         self.console = self.settings.telemetry.console if console is None else console
         self.console_file = console_file
-        self.advantage_fn = alg.get_advantage_estimator(self.algo.advantage)
-        self.policy_loss_fn = alg.get_policy_loss(self.algo.policy_loss)
+        self.advantage_fn = alg.get_advantage_estimator(self.algo.advantage, host)
+        self.policy_loss_fn = alg.get_policy_loss(self.algo.policy_loss, host)
         self.signal_watch = FlatRewardWatch(
             self.algo.advantage, self.run_dir, group_relative=self.advantage_fn.group_relative
         )
@@ -156,6 +156,8 @@ class Trainer:
             share_prefix=self.share_prefix,
             chunk=self.chunk,
             temperature=self.temperature,
+            advantage_fn=self.advantage_fn,
+            policy_loss_fn=self.policy_loss_fn,
             progress=self.progress,
         )
         self.checkpoints = CheckpointManager(self.run_dir, keep=settings.keep_checkpoints)

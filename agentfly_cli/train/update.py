@@ -94,6 +94,8 @@ class PolicyUpdate:
         share_prefix: bool,
         chunk: int,
         temperature: float,
+        advantage_fn: Any,
+        policy_loss_fn: Any,
         progress: StepProgress | None = None,
     ) -> None:
         self.config = config
@@ -106,8 +108,8 @@ class PolicyUpdate:
         self.chunk = chunk
         self.temperature = temperature
         self.progress = progress or StepProgress()
-        self.advantage_fn = alg.get_advantage_estimator(self.algo.advantage)
-        self.policy_loss_fn = alg.get_policy_loss(self.algo.policy_loss)
+        self.advantage_fn = advantage_fn  # looked up once, by the trainer
+        self.policy_loss_fn = policy_loss_fn
         self.value_head = None
         self.value_optimizer = None
         if self.advantage_fn.needs_values:
