@@ -105,39 +105,29 @@ async def run_training_async(
 ) -> Any:
     """RL-train ``config``'s model (after its warm start, when the recipe has one); a
     ``TrainResult`` with the run folder, per-step metrics and held-out evals."""
-    from agentfly_cli.run_folders import training_folder
-    from agentfly_cli.train.trainer import Trainer
-    from agentfly_cli.train.warm_start import warm_started
-
-    run_dir = training_folder(config, out, resume=resume)
-    components = {"tools": tools, "reward": reward}
+    options = {"out": out, "resume": resume, "tools": tools, "reward": reward}
     # the warm start runs its own loop: in a thread, so that it never meets this one
-    config = await asyncio.to_thread(warm_started, config, run_dir, console=console, **components)
-    trainer = Trainer(config, run_dir=run_dir, resume=resume, console=console, **components)
+    trainer = await asyncio.to_thread(_trainer, config, console=console, **options)
     return await trainer.fit_async()
 
 
-def run_training(
-    config: Any,
-    *,
-    out: str | Path | None = None,
-    resume: bool = False,
-    tools: list | None = None,
-    reward: Any = None,
-    console: bool = False,
-) -> Any:
+def run_training(config: Any, **options: Any) -> Any:
     """Blocking :func:`run_training_async` (what ``agentfly train`` runs; SIGTERM stops it
     cleanly, with a checkpoint)."""
+    _no_running_loop("run_training")
+    return _trainer(config, **options).fit()
+
+
+def _trainer(config: Any, *, out=None, resume=False, tools=None, reward=None, console=False) -> Any:
+    """The run folder checked, the warm start done (when the recipe has one), the trainer made."""
     from agentfly_cli.run_folders import training_folder
     from agentfly_cli.train.trainer import Trainer
     from agentfly_cli.train.warm_start import warm_started
 
-    _no_running_loop("run_training")
     run_dir = training_folder(config, out, resume=resume)
     components = {"tools": tools, "reward": reward}
     config = warm_started(config, run_dir, console=console, **components)
-    trainer = Trainer(config, run_dir=run_dir, resume=resume, console=console, **components)
-    return trainer.fit()
+    return Trainer(config, run_dir=run_dir, resume=resume, console=console, **components)
 
 
 def _no_running_loop(name: str) -> None:

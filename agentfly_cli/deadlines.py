@@ -20,7 +20,6 @@ from typing import TypeVar
 
 T = TypeVar("T")
 
-HAS_TIMEOUT_CONTEXT = hasattr(asyncio, "timeout")  # Python 3.11+
 _WAIT_FOR_LOSES_CANCELS = sys.version_info[:2] == (3, 11)  # 3.10 has no Task.cancelling()
 
 

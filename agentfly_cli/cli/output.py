@@ -18,18 +18,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from agentfly_cli import settings
 from agentfly_cli.errors import UserError
 from agentfly_cli.safe_text import printable
+from agentfly_cli.settings import debug_enabled  # AGENTFLY_DEBUG, read in one place
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 
 JSON_OPTION = typer.Option(False, "--json", help="Print machine-readable JSON.")
-
-
-def debug_enabled() -> bool:
-    return settings.debug_enabled()
 
 
 def stdout_console() -> Console:

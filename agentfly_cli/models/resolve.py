@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentfly_cli import settings
 from agentfly_cli.errors import UserError
+from agentfly_cli.settings import cache_dir  # AGENTFLY_CACHE, read in one place
 
 
 @dataclass(frozen=True)
@@ -24,11 +24,6 @@ class ModelAlias:
     description: str
     build: Callable[[Path], None]  # writes a transformers folder into the given path
     version: str  # bump to rebuild caches made by an older builder
-
-
-def cache_dir() -> Path:
-    """The folder where agentfly keeps built models (``$AGENTFLY_CACHE`` or ~/.cache/agentfly)."""
-    return settings.cache_dir()
 
 
 def _build_tiny(path: Path) -> None:
