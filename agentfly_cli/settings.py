@@ -45,6 +45,11 @@ VARIABLES: dict[str, Variable] = {
         "8192", "characters of a tool's observation kept in the chat (the rest is cut)"
     ),
     "AGENTFLY_WORKER_THREADS": Variable("64", "threads that run sync tools and rewards"),
+    "AGENTFLY_MALLOC_TUNING": Variable(
+        "on",
+        "glibc: keep freed tensor memory for reuse instead of returning it to the OS "
+        "(0, false, no: off; about 2x faster CPU decoding, at a higher resident size)",
+    ),
     "AGENTFLY_SANDBOX": Variable(
         "-", "marks processes of the Python sandbox (set by agentfly, not by users)", internal=True
     ),
@@ -109,6 +114,11 @@ def state_dir() -> Path:
 def debug_enabled() -> bool:
     """``AGENTFLY_DEBUG`` is set to something other than empty, 0, false or no."""
     return (_raw("AGENTFLY_DEBUG") or "").strip().lower() not in ("", "0", "false", "no")
+
+
+def malloc_tuning_enabled() -> bool:
+    """``AGENTFLY_MALLOC_TUNING`` is unset or something other than 0, false or no."""
+    return (_raw("AGENTFLY_MALLOC_TUNING") or "").strip().lower() not in ("0", "false", "no")
 
 
 def plugin_selection() -> str | None:

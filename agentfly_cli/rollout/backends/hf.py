@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentfly_cli.allocator import keep_freed_memory
 from agentfly_cli.devices import pick_device, pick_dtype
 from agentfly_cli.errors import UserError
 from agentfly_cli.rollout.backends.base import (
@@ -96,6 +97,7 @@ class HFBackend(Backend):
                 "run `pip install agentfly-cli` again"
             ) from exc
         self.config = config
+        keep_freed_memory()
         if model is None:
             if not config.model:
                 raise UserError("the hf backend needs backend.model: a model folder or alias")

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from agentfly_cli.allocator import keep_freed_memory
 from agentfly_cli.errors import UserError
 from agentfly_cli.train.backends.base import (
     TrainBackend,
@@ -77,6 +78,7 @@ class TorchBackend(TrainBackend):
         """Load ``model_path`` onto the configured device and dtype, build optimizer and LR."""
         import torch
 
+        keep_freed_memory()
         self.config = config
         self.model_path = str(model_path)
         self.device = resolve_device(config.device)
