@@ -11,155 +11,16 @@ import difflib
 import os
 import typing
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 from pydantic import (
     BaseModel,
-    ConfigDict,
-    Field,
     ValidationError,
-    field_validator,
-    model_validator,
 )
 
-from agentfly_cli.chat.templates import ObservationFormat
-from agentfly_cli.envs.settings import EnvPoolConfig
 from agentfly_cli.errors import UserError
-from agentfly_cli.rollout.backends.base import BackendConfig
-from agentfly_cli.rollout.settings import RolloutSettings
-from agentfly_cli.train.settings import TrainerSettings
-
-
-class DataConfig(BaseModel):
-    """Where the tasks come from."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    path: str | None = Field(None, description="JSONL, JSON, Parquet or a datasets folder")
-    where: dict[str, Any] = Field(
-        default_factory=dict,
-        description="keep only rows whose field equals the value, or one of a list of values "
-        "(e.g. where: {kind: [shopping, change]}); applied before limit",
-    )
-    limit: int | None = Field(None, ge=1, description="use only the first rows")
-    holdout: float = Field(
-        0.0,
-        ge=0.0,
-        lt=1.0,
-        allow_inf_nan=False,
-        description="fraction of the tasks that no phase trains on (RL, the warm start); "
-        "`agentfly eval` and trainer.eval score them. Drawn from the whole file by "
-        "holdout_seed, before where and limit, so a task never changes sides",
-    )
-    holdout_seed: int = Field(0, description="seeds the held-out draw (fixed per recipe)")
-    split: Literal["train", "heldout", "all"] = Field(
-        "train",
-        description="which side of the holdout this run reads (eval: heldout by default)",
-    )
-
-    @model_validator(mode="after")
-    def _split_needs_holdout(self) -> DataConfig:
-        if self.split == "heldout" and not self.holdout:
-            raise ValueError("split: heldout needs data.holdout > 0 (e.g. 0.1)")
-        return self
-
-
-class RewardComponent(BaseModel):
-    """One reward of a weighted sum."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    name: str = Field(description="a registered reward (agentfly rewards list) or module:attr")
-    weight: float = Field(1.0, description="its weight in the sum")
-    options: dict[str, Any] = Field(
-        default_factory=dict, description="settings of a configurable reward (e.g. llm_judge)"
-    )
-
-
-class ChatConfig(BaseModel):
-    """How conversations are rendered into tokens and how tool calls are read back."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    template: str | None = Field(
-        None, description="None: the tokenizer's own; a packaged name or a .jinja path"
-    )
-    chat_template_kwargs: dict[str, Any] = Field(
-        default_factory=dict,
-        description="extra variables of the template (e.g. enable_thinking: false for Qwen3)",
-    )
-    parser: str | None = Field(None, description="tool-call format; None: guessed from template")
-    parser_options: dict[str, Any] = Field(
-        default_factory=dict,
-        description="settings of the parser (e.g. the line parser's commands: "
-        "{CALC: {tool: calculator, argument: expression}})",
-    )
-    observation: ObservationFormat = Field(default_factory=ObservationFormat)
-    system_prompt: str | None = Field(None, description="the system message; None: none")
-    examples: list[dict[str, Any]] = Field(
-        default_factory=list, description="worked examples: chat messages placed before the task"
-    )
-
-
-class RunConfig(BaseModel):
-    """Everything one rollout (and, later, training) needs."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    name: str = Field("custom", description="the recipe's name (run folders are named after it)")
-    description: str = Field("", description="one line on what the recipe trains")
-    model: str | None = Field(None, description="model folder or alias (tiny, smollm2)")
-    backend: BackendConfig = Field(default_factory=BackendConfig)
-    data: DataConfig = Field(default_factory=DataConfig)
-    tools: list[str] = Field(
-        default_factory=list,
-        description="registered tool names (agentfly tools list) or module:attr; a "
-        "comma-separated string also works",
-    )
-    reward: list[RewardComponent] = Field(
-        default_factory=list,
-        description="a weighted sum of rewards; a name or a list of names also works",
-    )
-    chat: ChatConfig = Field(default_factory=ChatConfig)
-    rollout: RolloutSettings = Field(default_factory=RolloutSettings)
-    trainer: TrainerSettings = Field(default_factory=TrainerSettings)
-    envs: dict[str, EnvPoolConfig] = Field(
-        default_factory=dict, description="per env name: provider, pool server, pool limits"
-    )
-    out: str | None = Field(None, description="trajectory JSONL to write")
-
-    @field_validator("reward", mode="before")
-    @classmethod
-    def _reward_shorthand(cls, value: Any) -> Any:
-        """``reward: exact_match`` or ``reward: [a, {name: b, weight: 0.5}]``."""
-        if value is None:
-            return []
-        if isinstance(value, str):
-            value = [value]
-        if isinstance(value, list):
-            return [{"name": v} if isinstance(v, str) else v for v in value]
-        return value
-
-    @field_validator("tools", mode="before")
-    @classmethod
-    def _tools_shorthand(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return [t.strip() for t in value.split(",") if t.strip()]
-        return value
-
-    @model_validator(mode="after")
-    def _eval_has_tasks(self) -> RunConfig:
-        held_out = self.trainer.eval
-        if held_out.every and not (
-            held_out.holdout or held_out.path or held_out.where or self.data.holdout
-        ):
-            raise ValueError(
-                "trainer.eval: every needs eval tasks the run does not train on: set "
-                "data.holdout (e.g. 0.1), trainer.eval.holdout, trainer.eval.path (a data "
-                "file) or trainer.eval.where (rows of the data)"
-            )
-        return self
+from agentfly_cli.settings.run import RunSettings
 
 
 def format_settings_error(
@@ -175,7 +36,7 @@ def format_settings_error(
         if not first["loc"]:  # a check across sections names its settings itself
             return f"{source}: {message}{extra}"
     if first["type"] == "extra_forbidden":
-        allowed = _allowed_keys(first["loc"][:-1], root or RunConfig)
+        allowed = _allowed_keys(first["loc"][:-1], root or RunSettings)
         close = difflib.get_close_matches(str(first["loc"][-1]), allowed, n=1)
         hint = f"did you mean '{close[0]}'? " if close else ""
         listing = f"allowed: {', '.join(allowed)}" if allowed else "check the spelling"
@@ -259,7 +120,7 @@ def load_yaml(path: Path) -> dict[str, Any]:
 
 def load_config(
     spec: str | None = None, overrides: list[str] | None = None, **fields: Any
-) -> RunConfig:
+) -> RunSettings:
     """Build a config from a recipe name or YAML file, then ``fields``, then ``--set`` overrides.
 
     Relative paths in a YAML file (data, script, template) are relative to that file.
@@ -278,7 +139,7 @@ def load_config(
     apply_overrides(data, list(overrides or []))
     _holdout_stays_with_its_file(data, recipe_data)
     try:
-        return RunConfig.model_validate(data)
+        return RunSettings.model_validate(data)
     except ValidationError as exc:
         raise UserError(format_settings_error(exc, source)) from None
 

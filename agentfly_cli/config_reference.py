@@ -50,9 +50,9 @@ class Section:
 def sections(model: type[BaseModel] | None = None, prefix: str = "") -> list[Section]:
     """The model's section, then those of the models it holds, depth first."""
     if model is None:
-        from agentfly_cli.config import RunConfig
+        from agentfly_cli.settings.run import RunSettings
 
-        model = RunConfig
+        model = RunSettings
     rows, nested = [], []
     for name, info in model.model_fields.items():
         key = f"{prefix}{name}"
@@ -85,6 +85,8 @@ def _models_in(annotation: Any) -> list[tuple[type[BaseModel], str]]:
 
 def _type_name(annotation: Any) -> str:
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Annotated:  # bounds ride along (Annotated[int, Ge(1)]): the type is int
+        return _type_name(args[0])
     if annotation is type(None):
         return "null"
     if origin is Literal:

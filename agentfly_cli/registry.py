@@ -68,7 +68,7 @@ class RecipeRef:
 @dataclass(frozen=True)
 class BackendRef:
     """A backend: a factory that builds it from its config. An LLM backend:
-    ``factory(BackendConfig, chat)``; a train backend: ``factory(model_path, config)``."""
+    ``factory(BackendSettings, chat)``; a train backend: ``factory(model_path, config)``."""
 
     name: str
     factory: Any
@@ -88,7 +88,7 @@ class RegisteredEstimator:
     needs_values: bool = False
 
     def __call__(self, data: Any, config: Any) -> Any:
-        """``fn(data: AdvantageInput, config: AlgorithmConfig) -> AdvantageOutput``."""
+        """``fn(data: AdvantageInput, config: AlgorithmSettings) -> AdvantageOutput``."""
         return self.fn(data, config)
 
 

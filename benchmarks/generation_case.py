@@ -58,9 +58,9 @@ def _prompts(tokenizer, requests: int) -> list[list[int]]:
 
 
 def _make_backend(side: str, folder: str, tokenizer, dtype: str):
-    from agentfly_cli.rollout.backends.base import BackendConfig
+    from agentfly_cli.settings.rollout import BackendSettings
 
-    config = BackendConfig(name=side, model=folder, dtype=dtype, max_batch_size=64)
+    config = BackendSettings(name=side, model=folder, dtype=dtype, max_batch_size=64)
     if side == "hf":
         from agentfly_cli.rollout.backends.hf import HFBackend
 

@@ -81,11 +81,12 @@ def run_many(model: str, device: str, dtype: str, counts: list[int], max_tokens:
 def _measure(model, folder, tokenizer, device, dtype, requests, max_tokens) -> dict:
     import torch
 
-    from agentfly_cli.rollout.backends.base import BackendConfig, SamplingParams
+    from agentfly_cli.rollout.backends.base import SamplingParams
     from agentfly_cli.rollout.backends.hf import HFBackend
+    from agentfly_cli.settings.rollout import BackendSettings
 
     prompts = _prompts(tokenizer, requests)
-    config = BackendConfig(name="hf", model=folder, device=device, dtype=dtype)
+    config = BackendSettings(name="hf", model=folder, device=device, dtype=dtype)
     backend = HFBackend(config, tokenizer)
     backend.eos_ids = frozenset()  # every response runs to max_tokens
     params = SamplingParams(max_tokens=max_tokens, temperature=1.0, seed=1)

@@ -31,8 +31,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agentfly_cli.envs.pool import EnvPool, PoolSettings  # noqa: E402
+from agentfly_cli.envs.pool import EnvPool
 from agentfly_cli.envs.providers import make_provider  # noqa: E402
+from agentfly_cli.settings.envs import PoolLimits
 from envs_builtin.scratchpad import SCRATCHPAD  # noqa: E402
 
 STEP = {"op": "list"}
@@ -92,7 +93,7 @@ async def cold_starts(provider, starts: int) -> list[float]:
 
 def make_pool(provider_name: str, pool_max: int = 8, warm: int = 1, **settings) -> EnvPool:
     provider = make_provider(provider_name, **settings)
-    limits = PoolSettings.from_spec(SCRATCHPAD, pool_max=pool_max, warm_size=warm)
+    limits = PoolLimits.from_spec(SCRATCHPAD, pool_max=pool_max, warm_size=warm)
     return EnvPool(SCRATCHPAD, provider, limits)
 
 
@@ -148,16 +149,16 @@ async def bench_provider(name: str, cycles: int, starts: int, **settings) -> dic
 async def bench_server(cycles: int) -> dict:
     from agentfly_cli.envs.manager import ResourceManager
     from agentfly_cli.envs.server import PoolServer
-    from agentfly_cli.envs.settings import EnvPoolConfig
+    from agentfly_cli.settings.envs import EnvPoolSettings
 
     folder = tempfile.mkdtemp(prefix="agentfly-bench-")
     address = f"unix://{folder}/pad.sock"
-    server = PoolServer(SCRATCHPAD, EnvPoolConfig(pool_max=8, warm_size=1), address)
+    server = PoolServer(SCRATCHPAD, EnvPoolSettings(pool_max=8, warm_size=1), address)
     serving = asyncio.create_task(server.serve())
     while server._server is None:
         await asyncio.sleep(0.01)
     manager = ResourceManager(
-        {"scratchpad": SCRATCHPAD}, {"scratchpad": EnvPoolConfig(address=address)}
+        {"scratchpad": SCRATCHPAD}, {"scratchpad": EnvPoolSettings(address=address)}
     )
     try:
         async with manager:

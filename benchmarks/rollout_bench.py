@@ -31,7 +31,7 @@ from agentfly_cli.chat.templates import ChatTemplate  # noqa: E402
 from agentfly_cli.models.tiny import build_tiny_model  # noqa: E402
 from agentfly_cli.rollout.backends.base import Backend, Generation  # noqa: E402
 from agentfly_cli.rollout.engine import RolloutEngine  # noqa: E402
-from agentfly_cli.rollout.settings import RolloutSettings  # noqa: E402
+from agentfly_cli.settings.rollout import RolloutSettings
 from agentfly_cli.tools import tool  # noqa: E402
 
 TOOL_LATENCY = 0.05

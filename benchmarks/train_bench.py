@@ -106,8 +106,9 @@ def same_rows(model_path: str) -> dict:
     import torch
     from transformers import AutoTokenizer
 
+    from agentfly_cli.settings.algorithm import AlgorithmSettings
     from agentfly_cli.train.advantages import grpo_advantages
-    from agentfly_cli.train.algorithms import AdvantageInput, AlgorithmConfig
+    from agentfly_cli.train.algorithms import AdvantageInput
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     prompts = []
@@ -122,7 +123,7 @@ def same_rows(model_path: str) -> dict:
     rewards = torch.rand(n, generator=generator)
     groups = [i // GROUP for i in range(n)]
     data = AdvantageInput(rewards=rewards, mask=torch.ones(n, MAX_NEW), group_ids=groups)
-    advantages = grpo_advantages(data, AlgorithmConfig()).advantages[:, 0]
+    advantages = grpo_advantages(data, AlgorithmSettings()).advantages[:, 0]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     return {
         "prompts": [prompts[g] for g in groups],
@@ -137,17 +138,17 @@ def agentfly_same_rows(model_path: str, rows: dict, steps: int) -> list[float]:
     """Seconds per update of agentfly's update path on ``rows``."""
     import torch
 
+    from agentfly_cli.settings.algorithm import AlgorithmSettings
+    from agentfly_cli.settings.train import TrainerSettings
+    from agentfly_cli.settings.train_backend import TrainBackendSettings
     from agentfly_cli.train import losses
-    from agentfly_cli.train.algorithms import AlgorithmConfig
     from agentfly_cli.train.backends import build_train_backend
-    from agentfly_cli.train.backends.config import TrainBackendConfig
     from agentfly_cli.train.batch import TrainRow, plan_micro_batches, scatter_rows, trained_mask
     from agentfly_cli.train.logprobs import sequence_logprobs
-    from agentfly_cli.train.settings import TrainerSettings
 
-    config = TrainBackendConfig(device="cpu", dtype="float32", lr=LR, lr_schedule="constant")
+    config = TrainBackendSettings(device="cpu", dtype="float32", lr=LR, lr_schedule="constant")
     backend = build_train_backend(model_path, config)
-    algo = AlgorithmConfig(loss_agg="token-mean")
+    algo = AlgorithmSettings(loss_agg="token-mean")
     train_rows = [
         TrainRow(p + c.tolist(), [0] * len(p) + [1] * len(c), f"task{i // GROUP}")
         for i, (p, c) in enumerate(zip(rows["prompts"], rows["completions"], strict=True))

@@ -8,11 +8,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentfly_cli.envs.base import BaseEnv, EnvSpec
-from agentfly_cli.envs.pool import (
-    EnvPool,
-    PoolSettings,
-)
+from agentfly_cli.envs.pool import EnvPool
 from agentfly_cli.envs.providers.local import LocalProvider
+from agentfly_cli.settings.envs import PoolLimits
 
 
 def run(coro, limit: float = 30.0):
@@ -55,7 +53,7 @@ class Tracker:
         return EnvSpec(name="tracked", factory=self.factory, **limits)
 
     def pool(self, **settings: Any) -> EnvPool:
-        return EnvPool(self.spec(), LocalProvider(), PoolSettings(**settings))
+        return EnvPool(self.spec(), LocalProvider(), PoolLimits(**settings))
 
     @property
     def closes(self) -> int:

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from agentfly_cli.errors import ComponentConflictError, UnknownComponentError, UserError
 from agentfly_cli.plugins import HOOK_KINDS, load_plugins, set_plugin_host
 from agentfly_cli.registry import KINDS
+from agentfly_cli.settings.algorithm import AlgorithmSettings
 from agentfly_cli.train.advantages import (
     gae_advantages,
     grpo_advantages,
@@ -23,7 +24,6 @@ from agentfly_cli.train.advantages import (
 )
 from agentfly_cli.train.algorithms import (
     AdvantageInput,
-    AlgorithmConfig,
     get_advantage_estimator,
     get_policy_loss,
     needs_reference,
@@ -83,15 +83,15 @@ def test_grpo_normalises_by_the_unbiased_group_std():
         0.5 / (std_b + EPS),
         0.0,  # a group of one
     ]
-    out = grpo_advantages(grouped_input(), AlgorithmConfig())
+    out = grpo_advantages(grouped_input(), AlgorithmSettings())
     close(out.advantages, expected_per_token(per_row))
     assert out.returns is None
 
 
 def test_dr_grpo_differs_from_grpo_only_by_the_std_division():
-    dr = grpo_advantages(grouped_input(), AlgorithmConfig(norm_adv_by_std=False)).advantages
+    dr = grpo_advantages(grouped_input(), AlgorithmSettings(norm_adv_by_std=False)).advantages
     close(dr, expected_per_token([2 / 3, -1 / 3, -1 / 3, -0.5, 0.5, 0.0]))
-    grpo = grpo_advantages(grouped_input(), AlgorithmConfig()).advantages
+    grpo = grpo_advantages(grouped_input(), AlgorithmSettings()).advantages
     std = tensor([math.sqrt(1 / 3)] * 3 + [math.sqrt(1 / 2)] * 2 + [0.0])
     close(grpo * (std[:, None] + EPS), dr.tolist())
 
@@ -103,12 +103,12 @@ def test_grpo_adds_masked_token_rewards_to_the_score():
         ["g", "g"],
         token_rewards=tensor([[-0.25, -0.25], [-0.25, 9.0]]),  # 9.0 sits on an untrained token
     )
-    out = grpo_advantages(data, AlgorithmConfig(norm_adv_by_std=False))
+    out = grpo_advantages(data, AlgorithmSettings(norm_adv_by_std=False))
     close(out.advantages, [[-0.125, -0.125], [0.125, 0.0]])  # scores 0.5 and 0.75
 
 
 def test_rloo_is_reward_minus_the_mean_of_the_others():
-    out = rloo_advantages(grouped_input(), AlgorithmConfig())
+    out = rloo_advantages(grouped_input(), AlgorithmSettings())
     per_row = [1 - (0 + 0) / 2, 0 - (1 + 0) / 2, 0 - (1 + 0) / 2, 0.5 - 1.5, 1.5 - 0.5, 0.0]
     close(out.advantages, expected_per_token(per_row))
 
@@ -120,7 +120,7 @@ def test_reinforce_pp_discounts_over_masked_tokens_and_whitens():
         [0, 1],
         token_rewards=tensor([[-0.1, -0.1, 5.0, -0.1], [-0.2, 9.0, 9.0, 9.0]]),
     )
-    out = reinforce_pp_advantages(data, AlgorithmConfig(gamma=0.5))
+    out = reinforce_pp_advantages(data, AlgorithmSettings(gamma=0.5))
     # Row 0: level [-0.1, -0.1, -, 0.9]; the unmasked token is not a step.
     r3 = 0.9
     r1 = -0.1 + 0.5 * r3
@@ -137,7 +137,7 @@ def test_reinforce_pp_discounts_over_masked_tokens_and_whitens():
 
 def test_reinforce_pp_baseline_subtracts_the_group_mean_first():
     data = AdvantageInput(tensor([1.0, 0.0, 3.0]), tensor([[1, 1]] * 3), ["a", "a", "b"])
-    out = reinforce_pp_baseline_advantages(data, AlgorithmConfig())
+    out = reinforce_pp_baseline_advantages(data, AlgorithmSettings())
     close(out.returns, [[0.5, 0.5], [-0.5, -0.5], [0.0, 0.0]])
     std = math.sqrt((4 * 0.25 + 2 * 0.0) / 5)  # unbiased over the 6 trained tokens
     a = 0.5 / (std + EPS)
@@ -151,7 +151,7 @@ def test_gae_skips_masked_out_tokens_and_bootstraps_zero():
         group_ids=[0, 1],
         values=tensor([[0.5, 9.0, 0.25], [3.0, 1.0, 2.0]]),
     )
-    out = gae_advantages(data, AlgorithmConfig(gamma=0.9, lam=0.8))
+    out = gae_advantages(data, AlgorithmSettings(gamma=0.9, lam=0.8))
     # Row 0: t=2 is last: delta = 1 + 0 - 0.25; t=0's next value is t=2's (t=1 is skipped).
     a02 = 1.0 - 0.25
     a00 = (0.0 + 0.9 * 0.25 - 0.5) + 0.9 * 0.8 * a02
@@ -167,13 +167,13 @@ def test_gae_skips_masked_out_tokens_and_bootstraps_zero():
 
 def test_gae_without_values_is_a_clear_error():
     with pytest.raises(ValueError, match="'gae' needs values from a value head"):
-        gae_advantages(grouped_input(), AlgorithmConfig(advantage="gae"))
+        gae_advantages(grouped_input(), AlgorithmSettings(advantage="gae"))
 
 
 def test_mismatched_group_ids_are_an_error():
     data = AdvantageInput(tensor([1.0, 0.0]), tensor([[1], [1]]), ["a"])
     with pytest.raises(ValueError, match="2 rewards but 1 group ids"):
-        grpo_advantages(data, AlgorithmConfig())
+        grpo_advantages(data, AlgorithmSettings())
 
 
 GROUP_ESTIMATORS = {
@@ -193,7 +193,7 @@ def test_a_group_of_equal_rewards_gets_exactly_zero_advantage(name, dtype, size,
     rewards = torch.tensor([reward] * size + [0.0, 1.0], dtype=dtype)
     groups = ["same"] * size + ["spread", "spread"]
     mask = torch.ones(size + 2, 3, dtype=dtype)
-    for config in (AlgorithmConfig(), AlgorithmConfig(norm_adv_by_std=False)):
+    for config in (AlgorithmSettings(), AlgorithmSettings(norm_adv_by_std=False)):
         out = GROUP_ESTIMATORS[name](AdvantageInput(rewards, mask, groups), config)
         assert out.advantages.dtype == dtype
         assert out.advantages[:size].abs().max().item() == 0.0
@@ -205,7 +205,7 @@ def test_a_group_of_equal_rewards_gets_exactly_zero_advantage(name, dtype, size,
 def test_batch_whitening_of_equal_returns_is_exactly_zero(dtype, reward):
     data = AdvantageInput(torch.full((16,), reward, dtype=dtype), torch.ones(16, 5), [0] * 16)
     for estimator in (reinforce_pp_advantages, reinforce_pp_baseline_advantages):
-        out = estimator(data, AlgorithmConfig())
+        out = estimator(data, AlgorithmSettings())
         assert out.advantages.dtype == dtype
         assert out.advantages.abs().max().item() == 0.0
 
@@ -238,7 +238,7 @@ def ppo_case(config, tokens):
 
 
 def test_ppo_clips_low_and_high_separately_and_stops_their_gradient():
-    config = AlgorithmConfig(clip_ratio_low=0.2, clip_ratio_high=0.28)
+    config = AlgorithmSettings(clip_ratio_low=0.2, clip_ratio_high=0.28)
     tokens = [
         (1.5, 1.0),  # above 1 + 0.28 with A > 0: clipped
         (0.5, -1.0),  # below 1 - 0.2 with A < 0: clipped
@@ -259,10 +259,10 @@ def test_ppo_clips_low_and_high_separately_and_stops_their_gradient():
 
 def test_ppo_dual_clip_bounds_the_loss_of_negative_advantages():
     tokens = [(5.0, -1.0), (2.0, -1.0), (5.0, 1.0)]
-    plain, plain_grad, _ = ppo_case(AlgorithmConfig(), tokens)
+    plain, plain_grad, _ = ppo_case(AlgorithmSettings(), tokens)
     assert plain == pytest.approx([5.0, 2.0, -1.2])
     assert plain_grad == pytest.approx([5.0, 2.0, 0.0])
-    loss, grad, metrics = ppo_case(AlgorithmConfig(clip_ratio_c=3.0), tokens)
+    loss, grad, metrics = ppo_case(AlgorithmSettings(clip_ratio_c=3.0), tokens)
     # A < 0: min(max(-A r, -A clip(r)), -A c) = min(5, 3) = 3 and no gradient there.
     assert loss == pytest.approx([3.0, 2.0, -1.2])
     assert grad == pytest.approx([0.0, 2.0, 0.0])
@@ -271,7 +271,7 @@ def test_ppo_dual_clip_bounds_the_loss_of_negative_advantages():
 
 def test_dual_clip_must_exceed_one():
     with pytest.raises(ValidationError, match="clip_ratio_c must be > 1"):
-        AlgorithmConfig(clip_ratio_c=1.0)
+        AlgorithmSettings(clip_ratio_c=1.0)
 
 
 def test_gspo_uses_the_sequence_geometric_mean_with_per_token_gradients():
@@ -284,7 +284,7 @@ def test_gspo_uses_the_sequence_geometric_mean_with_per_token_gradients():
     old[0, 3] = math.inf  # garbage on a masked-out token
     mask = tensor([[1, 1, 1, 0], [1, 1, 0, 0]])
     advantages = tensor([[1.0] * 4, [1.0] * 4])
-    loss, metrics = gspo_loss(logprobs, old, advantages, mask, AlgorithmConfig())
+    loss, metrics = gspo_loss(logprobs, old, advantages, mask, AlgorithmSettings())
     s0 = (2.0 * 0.5 * 1.25) ** (1 / 3)  # geometric mean of the token ratios, inside the clip
     close(loss, [[-s0, -s0, -s0, 0.0], [-1.2, -1.2, 0.0, 0.0]])  # 1.5 > 1 + 0.2: clipped
     assert metrics["clip_frac"] == pytest.approx(2 / 5)
@@ -295,7 +295,7 @@ def test_gspo_uses_the_sequence_geometric_mean_with_per_token_gradients():
 
 
 def test_gspo_reads_its_tiny_clip_ranges_from_config():
-    config = AlgorithmConfig(policy_loss="gspo", clip_ratio_low=3e-4, clip_ratio_high=4e-4)
+    config = AlgorithmSettings(policy_loss="gspo", clip_ratio_low=3e-4, clip_ratio_high=4e-4)
     logprobs = tensor([[LN(1.001), LN(1.001)], [LN(0.99), LN(0.99)]])
     loss, metrics = gspo_loss(
         logprobs,
@@ -420,12 +420,12 @@ def test_k3_is_clamped_to_ten_where_the_reference_is_far_more_likely():
 
 
 def test_kl_in_reward_and_needs_reference():
-    config = AlgorithmConfig(kl_coef=0.1, kl_in_reward=True)
+    config = AlgorithmSettings(kl_coef=0.1, kl_in_reward=True)
     rewards = kl_token_rewards(
         tensor([[-1.0, -2.0]]), tensor([[-1.5, 0.0]]), tensor([[1, 0]]), config
     )
     close(rewards, [[-0.1 * 0.5, 0.0]])
-    assert needs_reference(config) and not needs_reference(AlgorithmConfig())
+    assert needs_reference(config) and not needs_reference(AlgorithmSettings())
 
 
 def test_entropy_from_logits():
@@ -468,26 +468,26 @@ def test_zero_variance_groups_are_dropped():
 
 
 def test_config_defaults_and_validation():
-    config = AlgorithmConfig()
+    config = AlgorithmSettings()
     assert (config.advantage, config.policy_loss, config.loss_agg) == ("grpo", "ppo", "token-mean")
     assert (config.clip_ratio_low, config.clip_ratio_high, config.kl_kind) == (0.2, 0.2, "k3")
-    for name, field in AlgorithmConfig.model_fields.items():
+    for name, field in AlgorithmSettings.model_fields.items():
         assert field.description, name
     with pytest.raises(ValidationError, match="extra"):
-        AlgorithmConfig(clip_ratio=0.2)
+        AlgorithmSettings(clip_ratio=0.2)
     with pytest.raises(ValidationError):
-        AlgorithmConfig(kl_coef=-0.1)
+        AlgorithmSettings(kl_coef=-0.1)
     with pytest.raises(ValidationError):
-        AlgorithmConfig(loss_agg="mean")
+        AlgorithmSettings(loss_agg="mean")
 
 
 def test_gspo_aggregates_per_sequence_unless_loss_agg_is_set():
-    assert AlgorithmConfig(policy_loss="gspo").loss_agg == "seq-mean-token-mean"
-    assert AlgorithmConfig(policy_loss="ppo").loss_agg == "token-mean"
+    assert AlgorithmSettings(policy_loss="gspo").loss_agg == "seq-mean-token-mean"
+    assert AlgorithmSettings(policy_loss="ppo").loss_agg == "token-mean"
     for mode in ("token-mean", "seq-mean-token-sum-norm"):
-        assert AlgorithmConfig(policy_loss="gspo", loss_agg=mode).loss_agg == mode
-    dumped = AlgorithmConfig(policy_loss="gspo").model_dump()  # config.json of a run
-    assert AlgorithmConfig.model_validate(dumped).loss_agg == "seq-mean-token-mean"
+        assert AlgorithmSettings(policy_loss="gspo", loss_agg=mode).loss_agg == mode
+    dumped = AlgorithmSettings(policy_loss="gspo").model_dump()  # config.json of a run
+    assert AlgorithmSettings.model_validate(dumped).loss_agg == "seq-mean-token-mean"
 
 
 @pytest.mark.parametrize("recipe", ["calculator", "code_math", "search_qa"])
@@ -526,7 +526,7 @@ def test_builtin_algorithms_register_through_their_entry_point():
     entry = host.components.advantages.entry("grpo")
     assert entry.provenance.plugin == "builtin_algorithms" and entry.provenance.builtin
     assert host.plugin("builtin_algorithms").hooks == ["register_algorithms"]
-    config = AlgorithmConfig()
+    config = AlgorithmSettings()
     out = get_advantage_estimator(config.advantage)(grouped_input(), config)
     close(out.advantages, grpo_advantages(grouped_input(), config).advantages.tolist())
     assert get_policy_loss("ppo").__name__ == "ppo_loss"
@@ -551,7 +551,7 @@ def test_loading_the_builtin_algorithms_does_not_import_torch():
     code = (
         "import sys\n"
         "from agentfly_cli.plugins import load_plugins\n"
-        "from agentfly_cli.train.algorithms import AlgorithmConfig\n"
+        "from agentfly_cli.train.algorithms import AlgorithmSettings\n"
         "host = load_plugins(only={'agentfly-cli'})\n"
         "assert 'grpo' in host.components.advantages, host.plugins\n"
         "print('torch' in sys.modules)\n"
@@ -590,7 +590,7 @@ def test_hook_register_algorithms(make_plugin):
     dist = make_plugin(PLUGIN)
     set_plugin_host(load_plugins(only={"agentfly-cli", dist}))
     estimator = get_advantage_estimator("max_baseline")
-    out = estimator(grouped_input(), AlgorithmConfig(advantage="max_baseline"))
+    out = estimator(grouped_input(), AlgorithmSettings(advantage="max_baseline"))
     close(out.advantages, expected_per_token([0.0, -1.0, -1.0, -1.0, 0.0, 0.0]))
     host = load_plugins(only={dist})
     entry = host.components.advantages.entry("max_baseline")

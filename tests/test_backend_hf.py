@@ -11,12 +11,9 @@ torch = pytest.importorskip("torch")
 
 from agentfly_cli.devices import pick_dtype  # noqa: E402
 from agentfly_cli.errors import UserError  # noqa: E402
-from agentfly_cli.rollout.backends.base import (  # noqa: E402
-    BackendConfig,
-    BackendUnavailableError,
-    SamplingParams,
-)
+from agentfly_cli.rollout.backends.base import BackendUnavailableError, SamplingParams  # noqa: E402
 from agentfly_cli.rollout.backends.hf import HFBackend  # noqa: E402
+from agentfly_cli.settings.rollout import BackendSettings  # noqa: E402
 
 TEXTS = [
     "Hello, world!",
@@ -48,7 +45,7 @@ def reference(tiny_model):
 
 @pytest.fixture(scope="module")
 def backend(tiny_model, tokenizer):
-    b = HFBackend(BackendConfig(model=str(tiny_model), device="cpu"), tokenizer)
+    b = HFBackend(BackendSettings(model=str(tiny_model), device="cpu"), tokenizer)
     yield b
     run(b.close())
 
@@ -140,7 +137,7 @@ def test_sampled_tokens_carry_logprobs_of_the_processed_distribution(backend, re
 
 def test_tempered_tokens_carry_tempered_logprobs(tiny_model, tokenizer, reference, prompts):
     """What the trainer computes at the rollout temperature (without top-k/top-p)."""
-    own = HFBackend(BackendConfig(model=str(tiny_model), device="cpu"), tokenizer)  # own cache
+    own = HFBackend(BackendSettings(model=str(tiny_model), device="cpu"), tokenizer)  # own cache
     params = SamplingParams(max_tokens=12, temperature=0.7, seed=3)
     gen = run(own.generate(prompts[1], params))
     expected = processed_logprobs(reference, prompts[1], gen.token_ids, 0.7)
@@ -212,7 +209,7 @@ def test_64_concurrent_requests_share_forward_passes(backend, prompts):
 
 
 def test_max_batch_size_caps_the_batch(tiny_model, tokenizer, prompts):
-    b = HFBackend(BackendConfig(model=str(tiny_model), max_batch_size=3), tokenizer)
+    b = HFBackend(BackendSettings(model=str(tiny_model), max_batch_size=3), tokenizer)
 
     async def go():
         gens = await asyncio.gather(*(b.generate(prompts[i % 5], GREEDY) for i in range(7)))
@@ -260,7 +257,7 @@ def test_cancelled_request_leaves_the_batch(backend, prompts):
 
 
 def test_closed_backend_refuses_requests(tiny_model, tokenizer, prompts):
-    b = HFBackend(BackendConfig(model=str(tiny_model)), tokenizer)
+    b = HFBackend(BackendSettings(model=str(tiny_model)), tokenizer)
     run(b.close())
     with pytest.raises(BackendUnavailableError, match="closed"):
         run(b.generate(prompts[0], GREEDY))
@@ -270,17 +267,18 @@ def test_bad_dtype_and_missing_model_are_user_errors():
     with pytest.raises(UserError, match="dtype"):
         pick_dtype("float8", "cpu", "backend.dtype")
     with pytest.raises(UserError, match="backend.model"):
-        HFBackend(BackendConfig(model=None))
+        HFBackend(BackendSettings(model=None))
 
 
 def test_failed_forward_fails_its_requests_and_serving_goes_on(backend, prompts, monkeypatch):
-    real = backend._prefill
+    batch = backend._batch
+    real = batch.prefill
 
     def broken(admit):
-        monkeypatch.setattr(backend, "_prefill", real)
+        monkeypatch.setattr(batch, "prefill", real)
         raise RuntimeError("out of memory")
 
-    monkeypatch.setattr(backend, "_prefill", broken)
+    monkeypatch.setattr(batch, "prefill", broken)
     with pytest.raises(RuntimeError, match="out of memory"):
         run(backend.generate(prompts[0], GREEDY))
     assert len(run(backend.generate(prompts[0], GREEDY)).token_ids) == 10
@@ -315,7 +313,7 @@ def test_sliding_window_cache_batches_without_merging(tokenizer, prompts):
     )
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(config).eval()
-    b = HFBackend(BackendConfig(model="in-memory"), tokenizer, model=model)
+    b = HFBackend(BackendSettings(model="in-memory"), tokenizer, model=model)
 
     async def go():
         first = asyncio.ensure_future(b.generate(prompts[1], GREEDY))
@@ -325,13 +323,13 @@ def test_sliding_window_cache_batches_without_merging(tokenizer, prompts):
         return [await first, *rest]
 
     gens = run(go())
-    assert not b._can_merge  # new requests waited for an empty batch
+    assert not b._batch.can_merge  # new requests waited for an empty batch
     for prompt, gen in zip([prompts[1], *prompts[2:]], gens, strict=True):
         assert gen.token_ids == greedy_reference(model, b, prompt, 10)
 
 
 def test_a_group_with_one_prompt_prefills_it_once(tiny_model, tokenizer, prompts):
-    b = HFBackend(BackendConfig(model=str(tiny_model), prefix_cache_tokens=0), tokenizer)
+    b = HFBackend(BackendSettings(model=str(tiny_model), prefix_cache_tokens=0), tokenizer)
     n = 8
 
     async def go():
@@ -354,7 +352,7 @@ def test_next_turn_prefills_only_its_new_tokens_and_matches_a_cold_start(
 
     def two_turns(prefix_cache_tokens: int):
         b = HFBackend(
-            BackendConfig(model=str(tiny_model), prefix_cache_tokens=prefix_cache_tokens),
+            BackendSettings(model=str(tiny_model), prefix_cache_tokens=prefix_cache_tokens),
             tokenizer,
         )
 
@@ -382,14 +380,14 @@ def test_next_turn_prefills_only_its_new_tokens_and_matches_a_cold_start(
 
 
 def test_new_weights_drop_stored_prefixes(tiny_model, tokenizer, prompts):
-    b = HFBackend(BackendConfig(model=str(tiny_model)), tokenizer)
+    b = HFBackend(BackendSettings(model=str(tiny_model)), tokenizer)
 
     async def go():
         try:
             first = await b.generate(prompts[0], SamplingParams(max_tokens=3, temperature=0))
-            assert len(b._prefix) == 1
+            assert len(b._batch.prefix) == 1
             await b.update_weights(b.model.state_dict())
-            assert len(b._prefix) == 0
+            assert len(b._batch.prefix) == 0
             follow = prompts[0] + first.token_ids + [1]
             await b.generate(follow, SamplingParams(max_tokens=2, temperature=0))
             return b.stats["prefix_hit_tokens"]
@@ -402,7 +400,7 @@ def test_new_weights_drop_stored_prefixes(tiny_model, tokenizer, prompts):
 def test_a_bad_weight_update_changes_nothing(tiny_model, tokenizer):
     import torch
 
-    b = HFBackend(BackendConfig(model=str(tiny_model)), tokenizer)
+    b = HFBackend(BackendSettings(model=str(tiny_model)), tokenizer)
     before = {k: v.clone() for k, v in b.model.state_dict().items()}
     good = {k: torch.zeros_like(v) for k, v in before.items()}
     wrong_shape = dict(good)
@@ -437,7 +435,7 @@ def test_update_adapter_samples_from_the_pushed_lora_policy(tiny_model, tokenize
             if "lora_B" in name:
                 param.normal_(0, 0.5)  # fresh adapters are zero: make them matter
     adapters = peft.get_peft_model_state_dict(policy)
-    backend = HFBackend(BackendConfig(model=str(tiny_model), device="cpu"), tokenizer)
+    backend = HFBackend(BackendSettings(model=str(tiny_model), device="cpu"), tokenizer)
     greedy = SamplingParams(max_tokens=6, temperature=0.0)
     before = run(backend.generate(prompts[0], greedy))
     run(backend.update_adapter(adapters, config))

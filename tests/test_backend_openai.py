@@ -14,11 +14,17 @@ import pytest
 pytest.importorskip("httpx")
 
 from agentfly_cli.errors import UserError  # noqa: E402
-from agentfly_cli.rollout.backends.base import BackendConfig, SamplingParams  # noqa: E402
+from agentfly_cli.rollout.backends.base import SamplingParams
 from agentfly_cli.rollout.backends.openai import OpenAIBackend, ServerError  # noqa: E402
+from agentfly_cli.settings.rollout import BackendSettings
 
-VLLM_EXTRAS = {"return_tokens_as_token_ids", "return_token_ids", "stop_token_ids",
-               "skip_special_tokens", "top_k"}
+VLLM_EXTRAS = {
+    "return_tokens_as_token_ids",
+    "return_token_ids",
+    "stop_token_ids",
+    "skip_special_tokens",
+    "top_k",
+}
 
 
 class FakeServer(ThreadingHTTPServer):
@@ -94,16 +100,24 @@ class Handler(BaseHTTPRequestHandler):
         else:
             tokens = [f"token_id:{t}" for t in ids]
         logprobs = {"tokens": tokens, "token_logprobs": [-0.25 * (i + 1) for i in range(len(ids))]}
-        choice = {"index": 0, "text": "".join(f"<{t}>" for t in ids), "logprobs": logprobs,
-                  "finish_reason": reason}
+        choice = {
+            "index": 0,
+            "text": "".join(f"<{t}>" for t in ids),
+            "logprobs": logprobs,
+            "finish_reason": reason,
+        }
         self._reply(200, {"id": "cmpl-1", "object": "text_completion", "choices": [choice]})
 
     def _plain(self, body):
         extras = VLLM_EXTRAS & set(body)
         if extras or not isinstance(body["prompt"], str):
             return self._reply(400, {"error": {"message": f"Unrecognized arguments: {extras}"}})
-        choice = {"index": 0, "text": "The answer is 42. ANSWER: 42", "finish_reason": "stop",
-                  "logprobs": {"tokens": ["The", " answer"], "token_logprobs": [-0.1, -0.2]}}
+        choice = {
+            "index": 0,
+            "text": "The answer is 42. ANSWER: 42",
+            "finish_reason": "stop",
+            "logprobs": {"tokens": ["The", " answer"], "token_logprobs": [-0.1, -0.2]},
+        }
         self._reply(200, {"id": "cmpl-2", "object": "text_completion", "choices": [choice]})
 
 
@@ -125,7 +139,7 @@ def tokenizer(tiny_model):
 
 
 def make(server, tokenizer=None, **overrides):
-    config = BackendConfig(name="openai", base_url=server.base_url, served_model="m", **overrides)
+    config = BackendSettings(name="openai", base_url=server.base_url, served_model="m", **overrides)
     return OpenAIBackend(config, tokenizer)
 
 
@@ -139,8 +153,9 @@ def generate(backend, prompt, params=SamplingParams(max_tokens=5)):
 
 def test_vllm_style_server_gives_exact_ids_and_logprobs(server):
     backend = make(server)
-    params = SamplingParams(max_tokens=6, temperature=0.5, top_p=0.9, top_k=4, seed=3,
-                            stop_token_ids=(14,))
+    params = SamplingParams(
+        max_tokens=6, temperature=0.5, top_p=0.9, top_k=4, seed=3, stop_token_ids=(14,)
+    )
     gen = generate(backend, [10, 11], params)
     assert gen.token_exact and backend.returns_tokens
     assert gen.token_ids == [12, 13, 14] and gen.finish_reason == "stop"  # stop id included
@@ -224,7 +239,7 @@ def test_http_errors_name_the_url_and_status(server):
     with pytest.raises(ServerError, match=rf"POST {url} -> HTTP 500: CUDA out of memory"):
         generate(make(server), [1])
     server.mode = "vllm"
-    config = BackendConfig(base_url=server.base_url.removesuffix("/v1"), served_model="m")
+    config = BackendSettings(base_url=server.base_url.removesuffix("/v1"), served_model="m")
     with pytest.raises(ServerError, match="HTTP 404.*ends in /v1") as info:
         generate(OpenAIBackend(config), [1])
     assert info.value.status == 404
@@ -237,16 +252,16 @@ def test_timeout_and_unreachable_server(server):
     port = server.server_address[1]
     server.shutdown()
     server.server_close()
-    config = BackendConfig(base_url=f"http://127.0.0.1:{port}/v1", served_model="m")
+    config = BackendSettings(base_url=f"http://127.0.0.1:{port}/v1", served_model="m")
     with pytest.raises(ServerError, match="cannot reach .*backend.base_url"):
         generate(OpenAIBackend(config), [1])
 
 
 def test_served_model_defaults(server, tmp_path):
     folder = tmp_path / "my-model"
-    config = BackendConfig(base_url=server.base_url, model=str(folder))
+    config = BackendSettings(base_url=server.base_url, model=str(folder))
     assert OpenAIBackend(config).served_model == "my-model"
-    backend = OpenAIBackend(BackendConfig(base_url=server.base_url))
+    backend = OpenAIBackend(BackendSettings(base_url=server.base_url))
     generate(backend, [1])
     assert backend.served_model == "served-by-fake"
     assert server.requests[-1]["body"]["model"] == "served-by-fake"
@@ -254,7 +269,7 @@ def test_served_model_defaults(server, tmp_path):
 
 def test_missing_base_url_is_a_user_error():
     with pytest.raises(UserError, match="backend.base_url"):
-        OpenAIBackend(BackendConfig(name="openai"))
+        OpenAIBackend(BackendSettings(name="openai"))
 
 
 @pytest.mark.parametrize(("mode", "exact"), [("vllm", True), ("plain", False)])
@@ -270,10 +285,26 @@ def test_agentfly_rollout_against_a_server(server, tiny_model, tmp_path, mode, e
     data.write_text('{"question": "What is 6 * 7?", "answer": "42"}\n')
     out = tmp_path / "out.jsonl"
     arguments = [
-        "rollout", "calculator", "--model", str(tiny_model), "--backend", "openai",
-        "--base-url", server.base_url, "--data", str(data), "--n", "2", "--out", str(out),
-        "--set", "backend.served_model=m", "--set", "rollout.max_tokens_per_turn=8",
-        "--reward", "math_equal",  # reads the number out of the plain server's sentence
+        "rollout",
+        "calculator",
+        "--model",
+        str(tiny_model),
+        "--backend",
+        "openai",
+        "--base-url",
+        server.base_url,
+        "--data",
+        str(data),
+        "--n",
+        "2",
+        "--out",
+        str(out),
+        "--set",
+        "backend.served_model=m",
+        "--set",
+        "rollout.max_tokens_per_turn=8",
+        "--reward",
+        "math_equal",  # reads the number out of the plain server's sentence
     ]
     result = CliRunner().invoke(build_app(), arguments)
     assert result.exit_code == 0, result.output
@@ -283,8 +314,12 @@ def test_agentfly_rollout_against_a_server(server, tiny_model, tmp_path, mode, e
         trajectory.check()
         assert trajectory.token_exact is exact
     if exact:
-        assert all(lp is not None for t in trajectories for lp, m in
-                   zip(t.logprobs, t.loss_mask, strict=True) if m)
+        assert all(
+            lp is not None
+            for t in trajectories
+            for lp, m in zip(t.logprobs, t.loss_mask, strict=True)
+            if m
+        )
     else:
         assert trajectories[0].reward == 1.0  # the server's "ANSWER: 42" was parsed and scored
         assert "serve evaluation, not training" in " ".join(result.stdout.split())

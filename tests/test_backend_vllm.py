@@ -14,11 +14,8 @@ import sys
 
 import pytest
 
-from agentfly_cli.rollout.backends.base import (
-    BackendConfig,
-    BackendUnavailableError,
-    SamplingParams,
-)
+from agentfly_cli.rollout.backends.base import BackendUnavailableError, SamplingParams
+from agentfly_cli.settings.rollout import BackendSettings
 
 NO_VLLM = importlib.util.find_spec("vllm") is None
 SKIP_REASON = "vLLM is not installed: `make install-vllm` (CPU) or `pip install vllm` (GPU)"
@@ -41,7 +38,7 @@ def test_missing_vllm_says_how_to_install(monkeypatch, tmp_path):
 
     monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm now raises ImportError
     with pytest.raises(BackendUnavailableError, match="make install-vllm"):
-        VLLMBackend(BackendConfig(name="vllm", model=str(tmp_path)))
+        VLLMBackend(BackendSettings(name="vllm", model=str(tmp_path)))
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +62,7 @@ def backend(tiny_model, tokenizer):
         pytest.skip(SKIP_REASON)
     from agentfly_cli.rollout.backends.vllm import VLLMBackend
 
-    config = BackendConfig(
+    config = BackendSettings(
         name="vllm", model=str(tiny_model), dtype="float32", gpu_memory_utilization=0.2
     )
     backend = VLLMBackend(config, tokenizer)
@@ -259,7 +256,7 @@ def test_a_failing_engine_fails_every_waiting_request(tiny_model, tokenizer, pro
         pytest.skip(SKIP_REASON)
     from agentfly_cli.rollout.backends.vllm import VLLMBackend
 
-    config = BackendConfig(
+    config = BackendSettings(
         name="vllm", model=str(tiny_model), dtype="float32", gpu_memory_utilization=0.2
     )
     broken = VLLMBackend(config, tokenizer)

@@ -8,8 +8,9 @@ import pydantic
 import pytest
 
 from agentfly_cli.chat.sources import packaged_templates
-from agentfly_cli.chat.templates import ChatTemplate, ChatTemplateError, ObservationFormat
+from agentfly_cli.chat.templates import ChatTemplate, ChatTemplateError
 from agentfly_cli.errors import UserError
+from agentfly_cli.settings.chat import ObservationSettings
 
 TOOLS = [
     {
@@ -189,7 +190,9 @@ def test_qwen3_thinking_trajectory_is_token_exact(qwen3_tokenizer):
 
 def test_qwen3_drift_trap_with_user_observations(qwen3_tokenizer):
     """Results in a user turn make Qwen3 drop earlier <think> blocks when it re-renders."""
-    chat = qwen3(qwen3_tokenizer, ObservationFormat(role="user", template="RESULT: {observation}"))
+    chat = qwen3(
+        qwen3_tokenizer, ObservationSettings(role="user", template="RESULT: {observation}")
+    )
     first = "<think>\nI need the calculator.\n</think>\n\n" + CALL_1
     second = "<think>\nThe result came back.\n</think>\n\nThe answer is 42."
     run = simulate(chat, MESSAGES, [(first, [("calculator", "c0", "42")]), (second, None)])
@@ -250,7 +253,7 @@ def test_hermes_template_on_smollm2_is_token_exact(smollm2_tokenizer, realdata):
 
 
 def test_smollm2_own_template_with_user_observations(smollm2_tokenizer, realdata):
-    fmt = ObservationFormat(role="user", template="RESULT: {observation}")
+    fmt = ObservationSettings(role="user", template="RESULT: {observation}")
     chat = ChatTemplate.load(
         smollm2_tokenizer, str(realdata / "smollm2" / "chat_template.jinja"), observation=fmt
     )
@@ -378,7 +381,7 @@ def test_worked_examples_render_in_the_prompt(qwen25, tiny_model):
 
 
 def test_observation_messages_tool_role(tiny_model):
-    fmt = ObservationFormat(template="{name} -> {observation}")
+    fmt = ObservationSettings(template="{name} -> {observation}")
     chat = ChatTemplate.load(tiny_model, observation=fmt)
     messages = chat.observation_messages([("calculator", "call_1", "42"), (None, None, "bad call")])
     assert messages == [
@@ -393,7 +396,7 @@ def test_observation_messages_tool_role(tiny_model):
 
 
 def test_observation_messages_other_role_joins_results(tiny_model):
-    fmt = ObservationFormat(role="user", template="RESULT: {observation}")
+    fmt = ObservationSettings(role="user", template="RESULT: {observation}")
     chat = ChatTemplate.load(tiny_model, observation=fmt)
     assert chat.observation_messages([("a", "1", "x"), ("b", None, "{y}")]) == [
         {"role": "user", "content": "RESULT: x\nRESULT: {y}"}
@@ -413,7 +416,7 @@ def test_observation_messages_other_role_joins_results(tiny_model):
 )
 def test_observation_format_is_validated(kwargs):
     with pytest.raises(pydantic.ValidationError):
-        ObservationFormat(**kwargs)
+        ObservationSettings(**kwargs)
 
 
 # -- encode / decode ---------------------------------------------------------------------------

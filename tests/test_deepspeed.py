@@ -41,9 +41,9 @@ COMMON = {
 
 
 def settings(case: str, name: str):
-    from agentfly_cli.train.backends import TrainBackendConfig
+    from agentfly_cli.train.backends import TrainBackendSettings
 
-    return TrainBackendConfig(name=name, **COMMON, **CASES[case])
+    return TrainBackendSettings(name=name, **COMMON, **CASES[case])
 
 
 def data(vocab: int):

@@ -20,16 +20,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentfly_cli.envs.base import BaseEnv, EnvSpec
-from agentfly_cli.envs.pool import (
-    AcquireTimeout,
-    EnvPool,
-    EnvStartError,
-    LeaseExpired,
-    PoolSettings,
-    PoolStats,
-)
+from agentfly_cli.envs.pool import AcquireTimeout, EnvPool, EnvStartError, LeaseExpired, PoolStats
 from agentfly_cli.envs.providers.local import LocalEnvHandle, LocalProvider
 from agentfly_cli.envs.providers.process import EnvProcessDied, ProcessProvider
+from agentfly_cli.settings.envs import PoolLimits
 from tests.envs_for_tests import make_proc_env
 
 SEED = 20250611
@@ -173,7 +167,7 @@ class Outcomes:
 def test_chaos_thousands_of_leases_leak_nothing():
     rng = random.Random(SEED)
     world = World(rng)
-    settings = PoolSettings(
+    settings = PoolLimits(
         pool_max=8,
         warm_size=2,
         start_timeout=0.02,
@@ -333,7 +327,7 @@ def test_chaos_with_lease_time_limits_leaks_nothing():
     taken back exactly once, its holder sees LeaseExpired, and every counter still adds up."""
     rng = random.Random(SEED + 2)
     world = World(rng)
-    settings = PoolSettings(
+    settings = PoolLimits(
         pool_max=6,
         warm_size=2,
         start_timeout=0.02,
@@ -440,7 +434,7 @@ def test_chaos_on_the_subprocess_provider_leaves_no_process():
     rng = random.Random(SEED + 1)
     provider = RecordingProcessProvider()
     spec = EnvSpec(name="proc-chaos", factory=make_proc_env, pool_max=4)
-    settings = PoolSettings(
+    settings = PoolLimits(
         pool_max=4,
         warm_size=2,
         start_timeout=30,

@@ -14,10 +14,10 @@ from typer.testing import CliRunner
 from agentfly_cli.cli.app import build_app
 from agentfly_cli.envs.base import BaseEnv, EnvSpec
 from agentfly_cli.envs.manager import ResourceManager
-from agentfly_cli.envs.pool import EnvPool, LeaseExpired, PoolSettings
+from agentfly_cli.envs.pool import EnvPool, LeaseExpired
 from agentfly_cli.envs.providers.local import LocalProvider
 from agentfly_cli.envs.server import PoolServer
-from agentfly_cli.envs.settings import EnvPoolConfig
+from agentfly_cli.settings.envs import EnvPoolSettings, PoolLimits
 from tests.pool_helpers import assert_settled, eventually, run
 
 LIMIT = 0.2
@@ -49,7 +49,7 @@ SLOW = EnvSpec(name="slow", factory=SlowEnv, pool_max=1, warm_size=1)
 def _pool(**settings) -> EnvPool:
     SlowEnv.made.clear()
     values = {"pool_max": 1, "warm_size": 1, "lease_timeout": LIMIT, **settings}
-    return EnvPool(SLOW, LocalProvider(), PoolSettings(**values))
+    return EnvPool(SLOW, LocalProvider(), PoolLimits(**values))
 
 
 def test_a_lease_held_too_long_expires_and_its_env_is_replaced():
@@ -172,12 +172,12 @@ def test_without_a_limit_tools_get_the_env_itself():
 
 
 def test_lease_timeout_is_a_pool_setting_checked_up_front():
-    assert EnvPoolConfig(lease_timeout=2).pool_settings(SLOW).lease_timeout == 2
-    assert EnvPoolConfig().pool_settings(SLOW).lease_timeout is None
+    assert EnvPoolSettings(lease_timeout=2).pool_limits(SLOW).lease_timeout == 2
+    assert EnvPoolSettings().pool_limits(SLOW).lease_timeout is None
     for bad in (0, -1, float("nan"), float("inf")):
         with pytest.raises(pydantic.ValidationError):
-            EnvPoolConfig(lease_timeout=bad)
-    manager = ResourceManager({"slow": SLOW}, {"slow": EnvPoolConfig(lease_timeout=LIMIT)})
+            EnvPoolSettings(lease_timeout=bad)
+    manager = ResourceManager({"slow": SLOW}, {"slow": EnvPoolSettings(lease_timeout=LIMIT)})
 
     async def main():
         async with manager:
@@ -191,7 +191,7 @@ def test_lease_timeout_is_a_pool_setting_checked_up_front():
 
 # -- on a pool server ----------------------------------------------------------------------------
 async def _serving(address: str, **config):
-    server = PoolServer(SLOW, EnvPoolConfig(**config), address)
+    server = PoolServer(SLOW, EnvPoolSettings(**config), address)
     task = asyncio.create_task(server.serve())
     await eventually(lambda: server._server is not None)
     return server, task
@@ -201,7 +201,7 @@ def test_a_pool_server_takes_back_an_env_a_client_held_too_long(tmp_path):
     async def main():
         address = f"unix://{tmp_path}/slow.sock"
         server, task = await _serving(address, lease_timeout=LIMIT)
-        client = ResourceManager({"slow": SLOW}, {"slow": EnvPoolConfig(address=address)})
+        client = ResourceManager({"slow": SLOW}, {"slow": EnvPoolSettings(address=address)})
         async with client:
             with pytest.raises(LeaseExpired, match="lease expired"):
                 async with client.lease("slow") as handle:
@@ -227,7 +227,7 @@ def test_a_client_side_limit_closes_the_connection_and_the_server_kills_the_env(
     async def main():
         address = f"unix://{tmp_path}/slow.sock"
         server, task = await _serving(address)  # no limit on the server
-        config = EnvPoolConfig(address=address, lease_timeout=LIMIT)
+        config = EnvPoolSettings(address=address, lease_timeout=LIMIT)
         client = ResourceManager({"slow": SLOW}, {"slow": config})
         async with client:
             with pytest.raises(LeaseExpired):

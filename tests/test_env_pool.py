@@ -8,12 +8,8 @@ import time
 
 import pytest
 
-from agentfly_cli.envs.pool import (
-    AcquireTimeout,
-    EnvStartError,
-    PoolClosed,
-    PoolSettings,
-)
+from agentfly_cli.envs.pool import AcquireTimeout, EnvStartError, PoolClosed
+from agentfly_cli.settings.envs import PoolLimits
 from tests.pool_helpers import Boom, Tracker, assert_settled, eventually, run
 
 
@@ -542,8 +538,8 @@ def test_an_env_handed_to_a_waiter_as_the_pool_closes_is_accounted_for():
 
 def test_settings_from_spec_and_overrides():
     spec = Tracker().spec(pool_max=4, warm_size=3, start_timeout=5, idle_ttl=9)
-    settings = PoolSettings.from_spec(spec)
+    settings = PoolLimits.from_spec(spec)
     assert (settings.pool_max, settings.warm_size, settings.start_timeout) == (4, 3, 5)
-    assert PoolSettings.from_spec(spec, pool_max=2).warm_size == 2  # lowered with the cap
+    assert PoolLimits.from_spec(spec, pool_max=2).warm_size == 2  # lowered with the cap
     with pytest.raises(ValueError, match="warm_size"):
-        PoolSettings.from_spec(spec, pool_max=2, warm_size=3)
+        PoolLimits.from_spec(spec, pool_max=2, warm_size=3)

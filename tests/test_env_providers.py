@@ -15,14 +15,10 @@ import pytest
 
 from agentfly_cli.envs.base import EnvSpec
 from agentfly_cli.envs.manager import POOL_METRICS, ResourceManager
-from agentfly_cli.envs.pool import (
-    EnvPool,
-    EnvStartError,
-    PoolSettings,
-)
+from agentfly_cli.envs.pool import EnvPool, EnvStartError
 from agentfly_cli.envs.providers.process import EnvProcessDied, ProcessProvider
-from agentfly_cli.envs.settings import EnvPoolConfig
 from agentfly_cli.errors import UserError
+from agentfly_cli.settings.envs import EnvPoolSettings, PoolLimits
 from envs_builtin.scratchpad import ScratchpadEnv
 from tests.envs_for_tests import ProcEnv, make_proc_env
 from tests.pool_helpers import Tracker, assert_settled, eventually, run
@@ -68,7 +64,7 @@ def test_manager_gives_one_env_per_spec_per_lease():
 def test_manager_rejects_a_warm_size_above_the_cap():
     spec = Tracker().spec(pool_max=4)
     with pytest.raises(UserError, match=r"envs.tracked: .*warm_size \(5\) exceeds pool_max \(2\)"):
-        ResourceManager({"tracked": spec}, {"tracked": EnvPoolConfig(pool_max=2, warm_size=5)})
+        ResourceManager({"tracked": spec}, {"tracked": EnvPoolSettings(pool_max=2, warm_size=5)})
 
 
 def test_manager_leases_before_start_respect_the_cap():
@@ -94,7 +90,7 @@ def test_manager_leases_before_start_respect_the_cap():
 def test_manager_builds_pools_with_the_configured_provider():
     async def go():
         spec = EnvSpec(name="proc", factory=make_proc_env)
-        manager = ResourceManager({"proc": spec}, {"proc": EnvPoolConfig(provider="process")})
+        manager = ResourceManager({"proc": spec}, {"proc": EnvPoolSettings(provider="process")})
         async with manager:
             async with manager.lease("proc") as handle:
                 pid = await handle.env.step("pid")
@@ -120,7 +116,7 @@ def test_engine_chains_get_their_own_envs_and_return_them(chat):
     from agentfly_cli.chat.parsers import get_parser
     from agentfly_cli.rollout.backends.scripted import ScriptedBackend
     from agentfly_cli.rollout.engine import RolloutEngine
-    from agentfly_cli.rollout.settings import RolloutSettings
+    from agentfly_cli.settings.rollout import RolloutSettings
     from agentfly_cli.tools import tool
     from envs_builtin.scratchpad import SCRATCHPAD, notes_list, notes_write
 
@@ -191,7 +187,7 @@ def test_engine_chain_whose_backend_fails_kills_its_env(chat):
     from agentfly_cli.chat.parsers import get_parser
     from agentfly_cli.rollout.backends.scripted import ScriptedBackend
     from agentfly_cli.rollout.engine import RolloutEngine
-    from agentfly_cli.rollout.settings import RolloutSettings
+    from agentfly_cli.settings.rollout import RolloutSettings
     from envs_builtin.scratchpad import SCRATCHPAD, notes_write
 
     made: list[ScratchpadEnv] = []
@@ -295,7 +291,7 @@ def test_process_env_of_the_scratchpad_raises_lookup_error():
     from envs_builtin.scratchpad import SCRATCHPAD
 
     async def go():
-        pool = EnvPool(SCRATCHPAD, ProcessProvider(), PoolSettings(pool_max=1))
+        pool = EnvPool(SCRATCHPAD, ProcessProvider(), PoolLimits(pool_max=1))
         async with pool.lease({"q": 1}) as handle:
             await handle.env.step({"op": "write", "key": "a", "text": "hello"})
             assert await handle.env.step({"op": "read", "key": "a"}) == "hello"
@@ -314,7 +310,7 @@ def test_process_env_of_the_scratchpad_raises_lookup_error():
 
 def test_a_crashing_process_env_is_replaced_and_others_are_unaffected():
     async def go():
-        pool = EnvPool(PROC_SPEC, ProcessProvider(), PoolSettings(pool_max=3, warm_size=2))
+        pool = EnvPool(PROC_SPEC, ProcessProvider(), PoolLimits(pool_max=3, warm_size=2))
         assert await pool.start() == 2
         async with pool.lease() as crashing, pool.lease() as other:
             doomed = crashing.info["pid"]
@@ -455,5 +451,5 @@ def test_manager_rejects_options_its_env_factory_does_not_take():
     from envs_builtin.python_sandbox import PYTHON
 
     with pytest.raises(UserError, match=r"envs.python.options: .*'memory_gb'.*takes: .*memory_mb"):
-        ResourceManager({"python": PYTHON}, {"python": EnvPoolConfig(options={"memory_gb": 3})})
-    ResourceManager({"python": PYTHON}, {"python": EnvPoolConfig(options={"memory_mb": 300})})
+        ResourceManager({"python": PYTHON}, {"python": EnvPoolSettings(options={"memory_gb": 3})})
+    ResourceManager({"python": PYTHON}, {"python": EnvPoolSettings(options={"memory_mb": 300})})

@@ -15,9 +15,9 @@ from agentfly_cli.cli.app import build_app
 from agentfly_cli.envs.base import BaseEnv, EnvSpec
 from agentfly_cli.envs.manager import ResourceManager
 from agentfly_cli.envs.server import PoolServer
-from agentfly_cli.envs.settings import EnvPoolConfig
 from agentfly_cli.envs.state import pid_alive
 from agentfly_cli.errors import UserError
+from agentfly_cli.settings.envs import EnvPoolSettings
 from envs_builtin.scratchpad import SCRATCHPAD
 
 runner = CliRunner()
@@ -52,7 +52,7 @@ def state_dir(tmp_path, monkeypatch) -> Path:
 
 
 async def _serving(spec: EnvSpec, address: str, token: str = "", **config):
-    server = PoolServer(spec, EnvPoolConfig(**config), address, token)
+    server = PoolServer(spec, EnvPoolSettings(**config), address, token)
     task = asyncio.create_task(server.serve())
     for _ in range(200):
         if server._server is not None:
@@ -71,7 +71,7 @@ def test_leases_over_a_connection_keep_state_and_return_envs(tmp_path):
         address = f"unix://{tmp_path}/pad.sock"
         server, task = await _serving(SCRATCHPAD, address, warm_size=1, pool_max=2)
         manager = ResourceManager(
-            {"scratchpad": SCRATCHPAD}, {"scratchpad": EnvPoolConfig(address=address)}
+            {"scratchpad": SCRATCHPAD}, {"scratchpad": EnvPoolSettings(address=address)}
         )
         async with manager:
             async with manager.lease("scratchpad", {}) as first, manager.lease("scratchpad") as b:
@@ -96,7 +96,9 @@ def test_a_crashed_or_vanished_client_gets_its_env_killed(tmp_path):
     async def main():
         address = f"unix://{tmp_path}/hang.sock"
         server, task = await _serving(HANGING, address)
-        manager = ResourceManager({"hanging": HANGING}, {"hanging": EnvPoolConfig(address=address)})
+        manager = ResourceManager(
+            {"hanging": HANGING}, {"hanging": EnvPoolSettings(address=address)}
+        )
         async with manager:
             with pytest.raises(RuntimeError, match="boom"):
                 async with manager.lease("hanging") as handle:
@@ -129,13 +131,13 @@ def test_tcp_servers_need_their_token(tmp_path):
         server, task = await _serving(SCRATCHPAD, "tcp://127.0.0.1:0", token="s3cret")
         wrong = ResourceManager(
             {"scratchpad": SCRATCHPAD},
-            {"scratchpad": EnvPoolConfig(address=server.address, token="nope")},
+            {"scratchpad": EnvPoolSettings(address=server.address, token="nope")},
         )
         with pytest.raises(UserError, match="wrong or missing token"):
             await wrong.start()
         right = ResourceManager(
             {"scratchpad": SCRATCHPAD},
-            {"scratchpad": EnvPoolConfig(address=server.address, token="s3cret")},
+            {"scratchpad": EnvPoolSettings(address=server.address, token="s3cret")},
         )
         async with right, right.lease("scratchpad") as handle:
             assert "saved" in await handle.env.step({"op": "write", "key": "a", "text": "b"})
@@ -147,14 +149,14 @@ def test_tcp_servers_need_their_token(tmp_path):
 def test_clear_errors_for_a_missing_or_mismatched_server(tmp_path, state_dir):
     async def main():
         missing = ResourceManager(
-            {"scratchpad": SCRATCHPAD}, {"scratchpad": EnvPoolConfig(address="scratchpad")}
+            {"scratchpad": SCRATCHPAD}, {"scratchpad": EnvPoolSettings(address="scratchpad")}
         )
         with pytest.raises(UserError, match="agentfly env up scratchpad"):
             await missing.start()
         address = f"unix://{tmp_path}/other.sock"
         server, task = await _serving(HANGING, address)
         mismatched = ResourceManager(
-            {"scratchpad": SCRATCHPAD}, {"scratchpad": EnvPoolConfig(address=address)}
+            {"scratchpad": SCRATCHPAD}, {"scratchpad": EnvPoolSettings(address=address)}
         )
         with pytest.raises(UserError, match="serves env 'hanging', not 'scratchpad'"):
             await mismatched.start()
@@ -171,7 +173,7 @@ def test_env_up_ls_down_and_a_rollout_through_the_server(state_dir, chat_templat
     from agentfly_cli.chat.parsers import get_parser
     from agentfly_cli.rollout.backends.scripted import ScriptedBackend
     from agentfly_cli.rollout.engine import RolloutEngine
-    from agentfly_cli.rollout.settings import RolloutSettings
+    from agentfly_cli.settings.rollout import RolloutSettings
     from envs_builtin.scratchpad import notes_list, notes_read, notes_write
 
     up = _cli("env", "up", "scratchpad", "--size", "2", "--json")
@@ -198,7 +200,7 @@ def test_env_up_ls_down_and_a_rollout_through_the_server(state_dir, chat_templat
         ]
         script = [[*steps, "done"] for _ in range(3)]
         manager = ResourceManager(
-            {"scratchpad": SCRATCHPAD}, {"scratchpad": EnvPoolConfig(address="scratchpad")}
+            {"scratchpad": SCRATCHPAD}, {"scratchpad": EnvPoolSettings(address="scratchpad")}
         )
         engine = RolloutEngine(
             ScriptedBackend(script, chat_template),

@@ -21,9 +21,9 @@ from agentfly_cli.cli.app import build_app
 from agentfly_cli.envs.process_identity import identify, own_identity
 from agentfly_cli.envs.remote import Connection, resolve_address
 from agentfly_cli.envs.server import PoolServer
-from agentfly_cli.envs.settings import EnvPoolConfig
 from agentfly_cli.envs.state import ServerRecord, read_records, write_record
 from agentfly_cli.errors import UserError
+from agentfly_cli.settings.envs import EnvPoolSettings
 from envs_builtin.scratchpad import SCRATCHPAD
 
 runner = CliRunner()
@@ -143,7 +143,7 @@ def test_a_record_cannot_make_env_ls_delete_a_file_elsewhere(state_dir, tmp_path
 
 # -- authentication comes before buffering -------------------------------------------------------
 async def _serving(address: str, token: str = "", **config):
-    server = PoolServer(SCRATCHPAD, EnvPoolConfig(**config), address, token)
+    server = PoolServer(SCRATCHPAD, EnvPoolSettings(**config), address, token)
     task = asyncio.create_task(server.serve())
     for _ in range(500):
         if server._server is not None:

@@ -17,12 +17,12 @@ SCRIPT = textwrap.dedent(
     """
     import asyncio, sys
     from agentfly_cli.envs.manager import ResourceManager
-    from agentfly_cli.envs.settings import EnvPoolConfig
+    from agentfly_cli.settings.envs import EnvPoolSettings
     from agentfly_cli.shutdown import run_with_clean_shutdown
     from envs_builtin.scratchpad import SCRATCHPAD
 
     async def main():
-        config = EnvPoolConfig(provider="process", warm_size=2, pool_max=3)
+        config = EnvPoolSettings(provider="process", warm_size=2, pool_max=3)
         manager = ResourceManager({"scratchpad": SCRATCHPAD}, {"scratchpad": config})
         async with manager:
             async with manager.lease("scratchpad") as leased:

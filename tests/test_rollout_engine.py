@@ -8,11 +8,12 @@ import json
 import pytest
 
 from agentfly_cli.chat.parsers import get_parser
-from agentfly_cli.chat.templates import ChatTemplate, ObservationFormat
+from agentfly_cli.chat.templates import ChatTemplate
 from agentfly_cli.rollout.backends.scripted import ScriptedBackend
 from agentfly_cli.rollout.engine import RolloutEngine
-from agentfly_cli.rollout.settings import RolloutSettings
 from agentfly_cli.rollout.trajectory import Trajectory, read_trajectories, write_trajectories
+from agentfly_cli.settings.chat import ObservationSettings
+from agentfly_cli.settings.rollout import RolloutSettings
 from agentfly_cli.tools import tool
 from rewards_builtin.text import math_equal
 from tools_builtin.answer import answer
@@ -313,7 +314,7 @@ def test_worked_examples_and_system_prompt_come_before_the_task(chat):
 def test_line_protocol_with_user_observations(tiny_model):
     chat = ChatTemplate.load(
         str(tiny_model),
-        observation=ObservationFormat(role="user", template="RESULT: {observation}"),
+        observation=ObservationSettings(role="user", template="RESULT: {observation}"),
     )
     parser = get_parser(
         "line",

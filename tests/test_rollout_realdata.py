@@ -17,10 +17,11 @@ import json
 import pytest
 
 from agentfly_cli.chat.parsers import get_parser
-from agentfly_cli.chat.templates import ChatTemplate, ObservationFormat
+from agentfly_cli.chat.templates import ChatTemplate
 from agentfly_cli.rollout.backends.scripted import ScriptedBackend
 from agentfly_cli.rollout.engine import RolloutEngine
-from agentfly_cli.rollout.settings import RolloutSettings
+from agentfly_cli.settings.chat import ObservationSettings
+from agentfly_cli.settings.rollout import RolloutSettings
 from rewards_builtin.text import math_equal
 from tools_builtin.answer import answer
 from tools_builtin.calculator import calculator
@@ -133,7 +134,7 @@ def test_qwen3_thinking_keeps_sampled_think_blocks_that_rerendering_drops(realda
     # every earlier <think> block. The record must keep what was sampled.
     chat = ChatTemplate.load(
         str(realdata / "qwen3"),
-        observation=ObservationFormat(role="user", template="RESULT: {observation}"),
+        observation=ObservationSettings(role="user", template="RESULT: {observation}"),
         chat_template_kwargs={"enable_thinking": True},
     )
     script = script_for("qwen3-thinking")

@@ -81,14 +81,15 @@ def test_tokenizer_ids_equal_the_real_smollm2(tokenizers, realdata):
 
 @needs_smollm2
 def test_hf_backend_answers_two_plus_two(smollm2, ours):
-    from agentfly_cli.rollout.backends.base import BackendConfig, SamplingParams
+    from agentfly_cli.rollout.backends.base import SamplingParams
     from agentfly_cli.rollout.backends.hf import HFBackend
+    from agentfly_cli.settings.rollout import BackendSettings
 
     tokenizer = ours
     prompt = tokenizer.apply_chat_template(
         [{"role": "user", "content": "What is 2+2?"}], add_generation_prompt=True, return_dict=False
     )
-    backend = HFBackend(BackendConfig(model=str(smollm2), device="cpu"), tokenizer)
+    backend = HFBackend(BackendSettings(model=str(smollm2), device="cpu"), tokenizer)
 
     async def go():
         async with backend:

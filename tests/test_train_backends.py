@@ -10,15 +10,15 @@ import pytest
 import torch
 
 from agentfly_cli.errors import UserError
-from agentfly_cli.train.backends import TrainBackendConfig, build_train_backend
+from agentfly_cli.settings.train_backend import LoraSettings
+from agentfly_cli.train.backends import TrainBackendSettings, build_train_backend
 from agentfly_cli.train.backends.base import lr_factor
-from agentfly_cli.train.backends.config import LoraSettings
 
 CPU = {"device": "cpu", "dtype": "float32"}
 
 
 def make(tiny_model, **overrides):
-    return build_train_backend(tiny_model, TrainBackendConfig(**{**CPU, **overrides}))
+    return build_train_backend(tiny_model, TrainBackendSettings(**{**CPU, **overrides}))
 
 
 def batch(backend, rows=4, length=10, seed=0):
@@ -98,7 +98,7 @@ def test_non_finite_loss_skips_the_step(tiny_model):
     ],
 )
 def test_lr_factor(schedule, step, factor):
-    config = TrainBackendConfig(
+    config = TrainBackendSettings(
         lr_schedule=schedule, warmup_steps=2, total_steps=10, min_lr_ratio=0.1
     )
     assert lr_factor(step, config) == pytest.approx(factor)

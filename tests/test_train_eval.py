@@ -10,9 +10,11 @@ import pytest
 from typer.testing import CliRunner
 
 from agentfly_cli.cli.app import build_app
-from agentfly_cli.config import DataConfig, load_config
+from agentfly_cli.config import load_config
 from agentfly_cli.errors import UserError
 from agentfly_cli.rollout.trajectory import Trajectory, read_trajectories
+from agentfly_cli.settings.run import DataSettings
+from agentfly_cli.settings.train import EvalSettings
 from agentfly_cli.train.evaluation import (
     EVAL_TASKS_FILE,
     EvalSplit,
@@ -22,7 +24,6 @@ from agentfly_cli.train.evaluation import (
     split_tasks,
     task_results,
 )
-from agentfly_cli.train.settings import EvalSettings
 from agentfly_cli.train.trainer import Trainer
 from tests.test_trainer import ON_CPU, make_config, recipe, weights  # noqa: F401 (fixture)
 
@@ -32,26 +33,26 @@ ROWS = [{"id": f"t{i}", "question": f"q{i}", "split": "test" if i % 4 == 0 else 
 
 def test_holdout_is_a_seeded_disjoint_split_of_the_rows():
     settings = EvalSettings(every=2, holdout=0.25)
-    split = split_tasks(ROWS, settings, data=DataConfig(path="unused.jsonl"), seed=7)
+    split = split_tasks(ROWS, settings, data=DataSettings(path="unused.jsonl"), seed=7)
     assert len(split.eval) == 5 and len(split.train) == 15
     ids = {row["id"] for row in split.eval}
     assert ids.isdisjoint(row["id"] for row in split.train)
     assert sorted(ids | {row["id"] for row in split.train}) == sorted(r["id"] for r in ROWS)
     assert split.train == [row for row in ROWS if row["id"] not in ids]  # data order kept
-    again = split_tasks(ROWS, settings, data=DataConfig(path="unused.jsonl"), seed=7)
-    other = split_tasks(ROWS, settings, data=DataConfig(path="unused.jsonl"), seed=8)
+    again = split_tasks(ROWS, settings, data=DataSettings(path="unused.jsonl"), seed=7)
+    other = split_tasks(ROWS, settings, data=DataSettings(path="unused.jsonl"), seed=8)
     assert again.eval == split.eval and other.eval != split.eval
     limited = split_tasks(
-        ROWS, EvalSettings(every=2, holdout=0.25, limit=2), data=DataConfig(path="x"), seed=7
+        ROWS, EvalSettings(every=2, holdout=0.25, limit=2), data=DataSettings(path="x"), seed=7
     )
     assert limited.eval == split.eval[:2] and limited.train == split.train
     assert split.notes == []
 
 
 def test_eval_off_trains_on_every_row_and_a_holdout_must_leave_some():
-    assert split_tasks(ROWS, EvalSettings(), data=DataConfig(path="x")).train == ROWS
+    assert split_tasks(ROWS, EvalSettings(), data=DataSettings(path="x")).train == ROWS
     with pytest.raises(UserError, match="leaves none to train on"):
-        split_tasks(ROWS[:1], EvalSettings(every=1, holdout=0.5), data=DataConfig(path="x"))
+        split_tasks(ROWS[:1], EvalSettings(every=1, holdout=0.5), data=DataSettings(path="x"))
 
 
 def test_eval_where_reads_rows_and_warns_when_they_are_also_trained_on(tmp_path):
@@ -59,10 +60,10 @@ def test_eval_where_reads_rows_and_warns_when_they_are_also_trained_on(tmp_path)
     data.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
     settings = EvalSettings(every=5, where={"split": "test"})
     train_rows = [r for r in ROWS if r["split"] == "train"]
-    split = split_tasks(train_rows, settings, data=DataConfig(path=str(data)))
+    split = split_tasks(train_rows, settings, data=DataSettings(path=str(data)))
     assert [r["id"] for r in split.eval] == ["t0", "t4", "t8", "t12", "t16"]
     assert split.train == train_rows and split.notes == []
-    overlapping = split_tasks(ROWS, settings, data=DataConfig(path=str(data)))
+    overlapping = split_tasks(ROWS, settings, data=DataSettings(path=str(data)))
     assert overlapping.notes == [
         "5 of the 5 eval tasks are also training tasks, so eval reward is not held out; select "
         "disjoint rows (e.g. data.where / trainer.eval.where on a split field), use "
@@ -74,14 +75,14 @@ def test_eval_path_is_read_with_where_and_a_missing_one_is_named(tmp_path):
     held = tmp_path / "held.jsonl"
     held.write_text("".join(json.dumps(r) + "\n" for r in ROWS[:6]))
     settings = EvalSettings(every=1, path=str(held), where={"split": "train"}, limit=3)
-    split = split_tasks(ROWS[6:], settings, data=DataConfig(path="train.jsonl"))
+    split = split_tasks(ROWS[6:], settings, data=DataSettings(path="train.jsonl"))
     assert [r["id"] for r in split.eval] == ["t1", "t2", "t3"] and split.train == ROWS[6:]
     typo = EvalSettings(every=1, path=str(held), where={"split": "tset"})
     with pytest.raises(UserError, match="^trainer.eval.where.split=tset keeps none of 6 rows"):
-        split_tasks(ROWS, typo, data=DataConfig(path="train.jsonl"))
+        split_tasks(ROWS, typo, data=DataSettings(path="train.jsonl"))
     missing = EvalSettings(every=1, path=str(tmp_path / "none.jsonl"))
     with pytest.raises(UserError, match="trainer.eval.path '.*none.jsonl' not found"):
-        split_tasks(ROWS, missing, data=DataConfig(path="train.jsonl"))
+        split_tasks(ROWS, missing, data=DataSettings(path="train.jsonl"))
 
 
 def test_eval_path_in_a_recipe_is_relative_to_the_recipe(tmp_path):

@@ -9,9 +9,10 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from agentfly_cli.settings.algorithm import AlgorithmSettings
 from agentfly_cli.train import losses
 from agentfly_cli.train.advantages import grpo_advantages
-from agentfly_cli.train.algorithms import AdvantageInput, AlgorithmConfig
+from agentfly_cli.train.algorithms import AdvantageInput
 from agentfly_cli.train.batch import (
     TrainRow,
     plan_micro_batches,
@@ -279,7 +280,7 @@ def test_masked_tokens_get_exactly_zero_gradient(model):
     gradient on every logit that predicts a prompt or observation token is exactly zero, and
     the gradient on the logits of sampled tokens is not."""
     rows = make_rows()
-    config = AlgorithmConfig(kl_coef=0.1, entropy_coef=0.01)
+    config = AlgorithmSettings(kl_coef=0.1, entropy_coef=0.01)
     mask = trained_mask(rows)
     rewards = torch.tensor([1.0, 0.0, 0.5, 0.0, 1.0, 1.0])
     adv = grpo_advantages(AdvantageInput(rewards, mask, [r.group for r in rows]), config)

@@ -362,11 +362,11 @@ def test_the_update_runs_without_the_rollouts_stored_kv(recipe, tmp_path):
         at_rollout = []
 
         def _prepare(self, trajectories, metrics):
-            self.at_update.append(self.engine.backend._prefix.stored_tokens)
+            self.at_update.append(self.engine.backend._batch.prefix.stored_tokens)
             return super()._prepare(trajectories, metrics)
 
         async def _rollout(self, step, picked):
-            self.at_rollout.append(self.engine.backend._prefix.stored_tokens)
+            self.at_rollout.append(self.engine.backend._batch.prefix.stored_tokens)
             return await super()._rollout(step, picked)
 
     config = make_config(

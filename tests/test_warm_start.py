@@ -11,7 +11,7 @@ from agentfly_cli.config import load_config
 from agentfly_cli.errors import UserError
 from agentfly_cli.rollout.tasks import load_tasks
 from agentfly_cli.rollout.trajectory import read_trajectories
-from agentfly_cli.train.settings import SolutionStep, WarmStartSettings
+from agentfly_cli.settings.train import SolutionStep, WarmStartSettings
 from agentfly_cli.train.warm_start import solution_responses, solution_script
 from tests.recipe_checks import agentfly
 

@@ -10,12 +10,13 @@ from agentfly_cli.chat.parsers import (
     get_parser,
     parser_names,
 )
-from agentfly_cli.chat.templates import ChatTemplate, ChatTemplateError, ObservationFormat
+from agentfly_cli.chat.templates import ChatTemplate, ChatTemplateError
+from agentfly_cli.settings.chat import ObservationSettings
 
 __all__ = [
     "ChatTemplate",
     "ChatTemplateError",
-    "ObservationFormat",
+    "ObservationSettings",
     "ParseError",
     "ParsedResponse",
     "ToolCall",

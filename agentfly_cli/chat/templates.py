@@ -11,22 +11,19 @@ from __future__ import annotations
 
 import logging
 import os
-import string
 from pathlib import Path
 from typing import Any
-
-import pydantic
 
 from agentfly_cli.chat.encoding import TextEncoder
 from agentfly_cli.chat.sources import TemplateSource, guess_parser, resolve_template
 from agentfly_cli.errors import UserError
+from agentfly_cli.settings.chat import ObservationSettings
 
 # Canonical conversation used to measure deltas. The sentinel is plain ASCII so that every
 # template passes it through unchanged and no tokenizer merges it with its neighbours.
 SENTINEL = "AGENTFLYSENTINELREPLY"
 _CANONICAL_USER = "AGENTFLYSENTINELQUERY"
 log = logging.getLogger(__name__)
-_PLACEHOLDERS = {"observation", "name"}
 _PROMPT_CACHE_SIZE = 4096
 _SLOT = "AGENTFLYSLOT{}X"
 _PROBE = "  \n<probe {} & 'q' \"x\" {{y}} \\ >\n  "
@@ -34,56 +31,6 @@ _PROBE = "  \n<probe {} & 'q' \"x\" {{y}} \\ >\n  "
 
 class ChatTemplateError(UserError):
     """A chat template that cannot render, or whose turns cannot be cut into exact deltas."""
-
-
-class ObservationFormat(pydantic.BaseModel):
-    """How tool results come back to the model (per recipe).
-
-    With ``role="tool"`` each result is its own tool message. With any other role (e.g. "user"
-    for templates without a tool role) all results of one turn go into one message, joined by
-    newlines. ``template`` formats each result; placeholders: ``{observation}``, ``{name}``.
-    """
-
-    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
-
-    role: str = pydantic.Field(
-        "tool",
-        description='tool: one tool message per result; another role (e.g. "user", for '
-        "templates without a tool role): all results of a turn in one message",
-    )
-    template: str = pydantic.Field(
-        "{observation}", description="formats each result; placeholders {observation}, {name}"
-    )
-
-    @pydantic.field_validator("role")
-    @classmethod
-    def _check_role(cls, role: str) -> str:
-        if not role.strip():
-            raise ValueError('role must not be empty; use "tool" or e.g. "user"')
-        return role
-
-    @pydantic.field_validator("template")
-    @classmethod
-    def _check_template(cls, template: str) -> str:
-        try:
-            fields = {f for _, f, _, _ in string.Formatter().parse(template) if f is not None}
-        except ValueError as exc:
-            raise ValueError(
-                f"bad format string ({exc}); write literal braces as {{{{ }}}}"
-            ) from exc
-        unknown = fields - _PLACEHOLDERS
-        if unknown:
-            raise ValueError(
-                f"unknown placeholder(s) {', '.join(sorted(unknown))}; use {{observation}} "
-                "and {name}"
-            )
-        if "observation" not in fields:
-            raise ValueError("template must contain {observation}, e.g. 'RESULT: {observation}'")
-        return template
-
-    def format(self, name: str | None, observation: str) -> str:
-        """One result as the model will read it."""
-        return self.template.format(observation=observation, name=name or "")
 
 
 def load_tokenizer(spec: str | os.PathLike):
@@ -111,13 +58,13 @@ class ChatTemplate:
         self,
         tokenizer,
         source: TemplateSource,
-        observation: ObservationFormat | None = None,
+        observation: ObservationSettings | None = None,
         chat_template_kwargs: dict | None = None,
     ) -> None:
         self.tokenizer = tokenizer
         self.name = source.name
         self.source = source.text
-        self.observation = observation or ObservationFormat()
+        self.observation = observation or ObservationSettings()
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.default_parser = guess_parser(source.text)
         self._canonical = [
@@ -139,7 +86,7 @@ class ChatTemplate:
         cls,
         tokenizer,
         template: str | os.PathLike | None = None,
-        observation: ObservationFormat | None = None,
+        observation: ObservationSettings | None = None,
         chat_template_kwargs: dict | None = None,
     ) -> ChatTemplate:
         """Load from a tokenizer (or a tokenizer folder) and an optional template override.

@@ -9,11 +9,14 @@ does.
 from __future__ import annotations
 
 import asyncio
+import copy
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Protocol, runtime_checkable
 
 import pydantic
+
+from agentfly_cli.settings.envs import PoolLimits
 
 
 @runtime_checkable
@@ -55,6 +58,11 @@ class BaseEnv:
         return True
 
 
+def _pool_limit(name: str) -> Any:
+    """A copy of :class:`PoolLimits`'s field ``name`` (its default, bounds and description)."""
+    return copy.copy(PoolLimits.model_fields[name])
+
+
 class EnvSpec(pydantic.BaseModel):
     """How to make an env and how to pool it."""
 
@@ -63,10 +71,11 @@ class EnvSpec(pydantic.BaseModel):
     name: str = pydantic.Field(pattern=r"^[A-Za-z0-9_.\-]+$")
     factory: Callable[[], Any]
     description: str = ""
-    pool_max: int = pydantic.Field(8, ge=1, description="most envs alive at once")
-    warm_size: int = pydantic.Field(0, ge=0, description="envs started ahead of time")
-    start_timeout: float = pydantic.Field(60.0, gt=0, description="seconds to start one env")
-    idle_ttl: float | None = pydantic.Field(600.0, gt=0, description="reap idle envs after")
+    # this kind's pool defaults, declared (bounds, default, meaning) once in PoolLimits
+    pool_max: int = _pool_limit("pool_max")
+    warm_size: int = _pool_limit("warm_size")
+    start_timeout: float = _pool_limit("start_timeout")
+    idle_ttl: float | None = _pool_limit("idle_ttl")
     resources: dict[str, float] = pydantic.Field(
         default_factory=dict, description="what one env needs, e.g. {'cpu': 1, 'memory_mb': 512}"
     )

@@ -22,7 +22,6 @@ import pydantic
 
 from agentfly_cli.envs.manager import check_options
 from agentfly_cli.envs.remote import Connection, server_request
-from agentfly_cli.envs.settings import EnvPoolConfig
 from agentfly_cli.envs.state import (
     ServerRecord,
     check_server_name,
@@ -33,6 +32,7 @@ from agentfly_cli.envs.state import (
     state_dir,
 )
 from agentfly_cli.errors import UserError
+from agentfly_cli.settings.envs import EnvPoolSettings
 
 
 class ServerStartError(RuntimeError):
@@ -75,7 +75,7 @@ def check_not_running(name: str) -> None:
 
 def start_server(
     name: str,
-    config: EnvPoolConfig,
+    config: EnvPoolSettings,
     *,
     host: str | None = None,
     port: int = 0,
@@ -87,7 +87,7 @@ def start_server(
     check_server_name(name)
     spec = get_plugin_host().components.envs.get(name)  # unknown names fail here, clearly
     try:
-        config.pool_settings(spec)
+        config.pool_limits(spec)
     except ValueError as exc:
         raise UserError(f"{exc}; lower --size or raise --max") from None
     check_options(spec, config.options)
@@ -244,10 +244,10 @@ def _log_tail(path: Path, lines: int = 15) -> str:
 _FLAGS = {"warm_size": "--size", "pool_max": "--max", "lease_timeout": "--lease-timeout"}
 
 
-def pool_config(**values: Any) -> EnvPoolConfig:
+def pool_config(**values: Any) -> EnvPoolSettings:
     """The server's pool config from ``env up``'s flags; a bad value is a one-line error."""
     try:
-        return EnvPoolConfig(**values)
+        return EnvPoolSettings(**values)
     except pydantic.ValidationError as exc:
         error = exc.errors()[0]
         field = str(error["loc"][0]) if error["loc"] else ""

@@ -18,8 +18,8 @@ import pydantic
 from agentfly_cli.envs.base import EnvSpec
 from agentfly_cli.envs.pool import EnvPool
 from agentfly_cli.envs.providers import EnvHandle, EnvProvider, make_provider
-from agentfly_cli.envs.settings import EnvPoolConfig
 from agentfly_cli.errors import UserError
+from agentfly_cli.settings.envs import EnvPoolSettings
 
 POOL_METRICS = (
     "in_use",
@@ -40,18 +40,18 @@ class ResourceManager:
     def __init__(
         self,
         specs: Mapping[str, EnvSpec],
-        configs: Mapping[str, EnvPoolConfig] | None = None,
+        configs: Mapping[str, EnvPoolSettings] | None = None,
     ) -> None:
         configs = dict(configs or {})
         self.specs = dict(specs)
-        self.configs = {name: configs.get(name) or EnvPoolConfig() for name in self.specs}
+        self.configs = {name: configs.get(name) or EnvPoolSettings() for name in self.specs}
         self._pools: dict[str, Any] = {}
         self._providers: dict[tuple[str, str | None], EnvProvider] = {}
         self._lock = asyncio.Lock()
         self._started = False
         for name, spec in self.specs.items():  # bad sizes and options: found up front
             try:
-                self.configs[name].pool_settings(spec)
+                self.configs[name].pool_limits(spec)
             except ValueError as exc:
                 raise UserError(f"envs.{name}: {exc}; lower warm_size or raise pool_max") from None
             check_options(spec, self.configs[name].options)
@@ -126,7 +126,7 @@ class ResourceManager:
                     flat[f"env/{name}/{key}"] = float(stats[key])
         return flat
 
-    def _make_pool(self, spec: EnvSpec, config: EnvPoolConfig) -> Any:
+    def _make_pool(self, spec: EnvSpec, config: EnvPoolSettings) -> Any:
         if config.address:
             from agentfly_cli.envs.remote import RemotePool
 
@@ -136,7 +136,7 @@ class ResourceManager:
         if provider is None:
             settings = {"address": config.ray_address} if config.provider == "ray" else {}
             provider = self._providers[key] = make_provider(config.provider, **settings)
-        return EnvPool(spec, provider, config.pool_settings(spec), config.options)
+        return EnvPool(spec, provider, config.pool_limits(spec), config.options)
 
 
 def check_options(spec: EnvSpec, options: Mapping[str, Any]) -> None:

@@ -39,42 +39,9 @@ from agentfly_cli.envs.pool_errors import (  # noqa: F401 (the pool's errors, im
 from agentfly_cli.envs.providers.base import EnvHandle, EnvProvider
 from agentfly_cli.envs.timeouts import checked_seconds
 from agentfly_cli.errors import UserError
+from agentfly_cli.settings.envs import PoolLimits
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class PoolSettings:
-    """The limits one pool runs under: the spec's, overridden by the run's config."""
-
-    pool_max: int = 8
-    warm_size: int = 0
-    start_timeout: float = 60.0
-    idle_ttl: float | None = 600.0
-    acquire_timeout: float = 120.0
-    reset_timeout: float = 60.0
-    health_timeout: float = 10.0
-    close_timeout: float = 10.0
-    lease_timeout: float | None = None  # most seconds one lease may hold an env
-
-    @classmethod
-    def from_spec(cls, spec: EnvSpec, **overrides: Any) -> PoolSettings:
-        values = {
-            "pool_max": spec.pool_max,
-            "warm_size": spec.warm_size,
-            "start_timeout": spec.start_timeout,
-            "idle_ttl": spec.idle_ttl,
-        }
-        given = {k: v for k, v in overrides.items() if v is not None}
-        values.update(given)
-        if "warm_size" not in given:  # a smaller cap than the spec's lowers its warm size too
-            values["warm_size"] = min(values["warm_size"], values["pool_max"])
-        if values["warm_size"] > values["pool_max"]:
-            raise ValueError(
-                f"env '{spec.name}': warm_size ({values['warm_size']}) exceeds pool_max "
-                f"({values['pool_max']})"
-            )
-        return cls(**values)
 
 
 @dataclass
@@ -109,12 +76,12 @@ class EnvPool:
         self,
         spec: EnvSpec,
         provider: EnvProvider,
-        settings: PoolSettings | None = None,
+        settings: PoolLimits | None = None,
         options: Mapping[str, Any] | None = None,
     ) -> None:
         self.spec = spec
         self.provider = provider
-        self.settings = settings or PoolSettings.from_spec(spec)
+        self.settings = settings or PoolLimits.from_spec(spec)
         self.options = dict(options or {})
         self._stats = PoolStats()
         self._idle: collections.deque[tuple[EnvHandle, float]] = collections.deque()

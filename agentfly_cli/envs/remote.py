@@ -17,9 +17,9 @@ from agentfly_cli.envs import pool as pool_errors
 from agentfly_cli.envs.lease_limit import LeaseClock
 from agentfly_cli.envs.pool import AcquireTimeout, PoolStats
 from agentfly_cli.envs.providers.base import EnvHandle, EnvProxy
-from agentfly_cli.envs.settings import EnvPoolConfig
 from agentfly_cli.envs.wire import FrameError, read_frame, rebuild_error, write_frame
 from agentfly_cli.errors import UserError
+from agentfly_cli.settings.envs import EnvPoolSettings, PoolLimits
 
 PROTOCOL_VERSION = 1
 _POOL_ERRORS = {"AcquireTimeout", "EnvStartError", "PoolClosed", "EnvPoolError", "LeaseExpired"}
@@ -137,7 +137,7 @@ class RemoteEnvHandle(EnvHandle):
 class RemotePool:
     """The client's view of a pool server, with the same ``start/lease/stats/close`` as a pool."""
 
-    def __init__(self, name: str, config: EnvPoolConfig) -> None:
+    def __init__(self, name: str, config: EnvPoolSettings) -> None:
         self.name = name
         self.config = config
         self.url = ""
@@ -172,7 +172,8 @@ class RemotePool:
     async def lease(
         self, task: Mapping[str, Any] | None = None, timeout: float | None = None
     ) -> AsyncIterator[EnvHandle]:
-        timeout = self.config.acquire_timeout if timeout is None else timeout
+        if timeout is None:
+            timeout = self.config.acquire_timeout or PoolLimits().acquire_timeout
         connection = Connection(self.url, self._token)
         self._open.add(connection)
         self._stats.waiting += 1

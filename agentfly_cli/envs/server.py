@@ -32,7 +32,6 @@ from agentfly_cli.envs.pool import EnvPool
 from agentfly_cli.envs.process_identity import own_identity
 from agentfly_cli.envs.providers import make_provider
 from agentfly_cli.envs.remote import PROTOCOL_VERSION
-from agentfly_cli.envs.settings import EnvPoolConfig
 from agentfly_cli.envs.state import (
     ServerRecord,
     check_server_name,
@@ -42,6 +41,7 @@ from agentfly_cli.envs.state import (
 )
 from agentfly_cli.envs.timeouts import checked_seconds
 from agentfly_cli.envs.wire import FrameError, describe_error, encode, read_frame, write_frame
+from agentfly_cli.settings.envs import EnvPoolSettings
 
 log = logging.getLogger("agentfly.env_server")
 HELLO_TIMEOUT = 10.0
@@ -51,7 +51,9 @@ HELLO_MAX_BYTES = 4096  # the most an unauthenticated peer can make the server b
 class PoolServer:
     """Serves one :class:`EnvPool` at ``address`` (``unix:///path`` or ``tcp://host:port``)."""
 
-    def __init__(self, spec: EnvSpec, config: EnvPoolConfig, address: str, token: str = "") -> None:
+    def __init__(
+        self, spec: EnvSpec, config: EnvPoolSettings, address: str, token: str = ""
+    ) -> None:
         self.spec = spec
         self.config = config
         self.address = address
@@ -59,7 +61,7 @@ class PoolServer:
         self.provider = make_provider(
             config.provider, **({"address": config.ray_address} if config.provider == "ray" else {})
         )
-        self.pool = EnvPool(spec, self.provider, config.pool_settings(spec), config.options)
+        self.pool = EnvPool(spec, self.provider, config.pool_limits(spec), config.options)
         self._stop = asyncio.Event()
         self._clients: set[asyncio.Task] = set()
         self._server: asyncio.base_events.Server | None = None
@@ -239,7 +241,7 @@ def default_address(name: str) -> str:
 
 
 async def run_server(
-    name: str, config: EnvPoolConfig, *, host: str | None = None, port: int = 0
+    name: str, config: EnvPoolSettings, *, host: str | None = None, port: int = 0
 ) -> None:
     """Serve the env ``name`` until SIGTERM, SIGINT or a ``shutdown`` request."""
     from agentfly_cli.plugins import get_plugin_host
@@ -279,12 +281,12 @@ async def run_server(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m agentfly_cli.envs.server")
     parser.add_argument("name")
-    parser.add_argument("--config", default="{}", help="EnvPoolConfig as JSON")
+    parser.add_argument("--config", default="{}", help="EnvPoolSettings as JSON")
     parser.add_argument("--host", default=None)
     parser.add_argument("--port", type=int, default=0)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    config = EnvPoolConfig.model_validate(json.loads(args.config))
+    config = EnvPoolSettings.model_validate(json.loads(args.config))
     try:
         asyncio.run(run_server(args.name, config, host=args.host, port=args.port))
     except Exception as exc:

@@ -1,4 +1,4 @@
-"""Build a rollout from a :class:`~agentfly_cli.config.RunConfig` and run it.
+"""Build a rollout from a :class:`~agentfly_cli.config.RunSettings` and run it.
 
 This is the library behind ``agentfly rollout`` and ``agentfly eval``, in two phases:
 :func:`resolve_run` resolves the model, loads the chat template and parser, and looks up the
@@ -14,19 +14,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentfly_cli.config import RunConfig
 from agentfly_cli.envs.manager import ResourceManager
 from agentfly_cli.errors import UserError
 from agentfly_cli.rollout.engine import RolloutEngine
 from agentfly_cli.rollout.outcome import check_some_chain_ran
 from agentfly_cli.rollout.trajectory import Trajectory, TrajectoryWriter, check_output_path
+from agentfly_cli.settings.run import RunSettings
 
 
 @dataclass
 class RolloutRun:
     """Everything a rollout needs, built and checked, before anything runs."""
 
-    config: RunConfig
+    config: RunSettings
     engine: RolloutEngine
     tasks: list[dict[str, Any]]
     setup_s: float = 0.0
@@ -41,7 +41,7 @@ class RolloutResult:
     envs: dict[str, dict[str, Any]] = field(default_factory=dict)  # env pool counters, by name
 
 
-def _reward_for(config: RunConfig, host):
+def _reward_for(config: RunSettings, host):
     from agentfly_cli.loading import resolve_reward
     from agentfly_cli.rewards import CombinedReward
 
@@ -80,7 +80,7 @@ class ResolvedRun:
     """Phase one of a build: a run's components, resolved and checked from its config, before
     any backend, env or model weights exist."""
 
-    config: RunConfig
+    config: RunSettings
     tasks: list[dict[str, Any]]
     backend_config: Any  # the config's backend settings, ``model`` set to the resolved folder
     backend_ref: Any  # the registered backend (its ``factory``)
@@ -101,7 +101,7 @@ class ResolvedRun:
 
 
 def resolve_run(
-    config: RunConfig,
+    config: RunSettings,
     host: Any = None,
     *,
     tools: list | None = None,
@@ -211,7 +211,7 @@ def assemble(resolved: ResolvedRun, backend: Any) -> RolloutRun:
     return RolloutRun(config, engine, resolved.tasks, setup_s, info)
 
 
-def build_rollout(config: RunConfig, host: Any = None, **components: Any) -> RolloutRun:
+def build_rollout(config: RunSettings, host: Any = None, **components: Any) -> RolloutRun:
     """Both phases with the registered backend: what ``agentfly rollout`` and ``eval`` run.
     ``components``: ``tools`` and ``reward`` objects, as for :func:`resolve_run`."""
     resolved = resolve_run(config, host, **components)

@@ -1,6 +1,6 @@
 """Advantage estimators: GRPO (and Dr.GRPO), RLOO, REINFORCE++ (with a group baseline), GAE.
 
-Every estimator is ``fn(data: AdvantageInput, config: AlgorithmConfig) -> AdvantageOutput``.
+Every estimator is ``fn(data: AdvantageInput, config: AlgorithmSettings) -> AdvantageOutput``.
 Rows are trajectories, columns tokens; only positions where ``mask`` is 1 are trained, and
 tokens in between (tool outputs, prompts) are skipped as if absent. The outcome estimators
 (grpo, rloo) score a row by its reward plus the sum of its masked ``token_rewards``.
@@ -18,10 +18,11 @@ from collections.abc import Hashable, Sequence
 
 import torch
 
-from agentfly_cli.train.algorithms import AdvantageInput, AdvantageOutput, AlgorithmConfig
+from agentfly_cli.settings.algorithm import AlgorithmSettings
+from agentfly_cli.train.algorithms import AdvantageInput, AdvantageOutput
 
 
-def grpo_advantages(data: AdvantageInput, config: AlgorithmConfig) -> AdvantageOutput:
+def grpo_advantages(data: AdvantageInput, config: AlgorithmSettings) -> AdvantageOutput:
     """GRPO: (r - group mean) / (group std + eps); Dr.GRPO (norm_adv_by_std=False): r - mean."""
     mask, scores = _mask_and_scores(data)
     count, mean, std = group_stats(scores, data.group_ids)
@@ -32,7 +33,7 @@ def grpo_advantages(data: AdvantageInput, config: AlgorithmConfig) -> AdvantageO
     return _per_token(advantage, mask, data)
 
 
-def rloo_advantages(data: AdvantageInput, config: AlgorithmConfig) -> AdvantageOutput:
+def rloo_advantages(data: AdvantageInput, config: AlgorithmSettings) -> AdvantageOutput:
     """RLOO: r_i minus the mean of the other rewards of its group (0 for a lone sample).
 
     Computed as n / (n - 1) * (r_i - group mean), the same number without the rounding of
@@ -44,13 +45,13 @@ def rloo_advantages(data: AdvantageInput, config: AlgorithmConfig) -> AdvantageO
     return _per_token(advantage, mask, data)
 
 
-def reinforce_pp_advantages(data: AdvantageInput, config: AlgorithmConfig) -> AdvantageOutput:
+def reinforce_pp_advantages(data: AdvantageInput, config: AlgorithmSettings) -> AdvantageOutput:
     """REINFORCE++: discounted return per token, whitened over the batch's masked tokens."""
     return _whitened_returns(data, _rewards(data), config)
 
 
 def reinforce_pp_baseline_advantages(
-    data: AdvantageInput, config: AlgorithmConfig
+    data: AdvantageInput, config: AlgorithmSettings
 ) -> AdvantageOutput:
     """REINFORCE++ with a baseline: rewards minus their group mean, then as REINFORCE++."""
     rewards = _rewards(data)
@@ -58,7 +59,7 @@ def reinforce_pp_baseline_advantages(
     return _whitened_returns(data, rewards - mean, config)
 
 
-def gae_advantages(data: AdvantageInput, config: AlgorithmConfig) -> AdvantageOutput:
+def gae_advantages(data: AdvantageInput, config: AlgorithmSettings) -> AdvantageOutput:
     """PPO's GAE over masked tokens with a value head; advantages whitened over the batch."""
     if data.values is None:
         raise ValueError(
@@ -158,7 +159,7 @@ def masked_whiten(values: torch.Tensor, mask: torch.Tensor, eps: float) -> torch
 
 
 def _whitened_returns(
-    data: AdvantageInput, rewards: torch.Tensor, config: AlgorithmConfig
+    data: AdvantageInput, rewards: torch.Tensor, config: AlgorithmSettings
 ) -> AdvantageOutput:
     level = token_level_rewards(rewards, data.mask, data.token_rewards)
     returns = discounted_returns(level, data.mask, config.gamma)

@@ -19,8 +19,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agentfly_cli.errors import UserError
+from agentfly_cli.settings.train import CurriculumSettings
 from agentfly_cli.train.data import TaskStream
-from agentfly_cli.train.settings import CurriculumSettings
 
 
 def level_names(rows: Sequence[Mapping[str, Any]], settings: CurriculumSettings) -> list[str]:

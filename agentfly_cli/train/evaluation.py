@@ -18,8 +18,8 @@ from typing import Any
 
 from agentfly_cli.errors import UserError
 from agentfly_cli.rollout.trajectory import Trajectory
+from agentfly_cli.settings.train import EvalSettings
 from agentfly_cli.surrogates import json_line
-from agentfly_cli.train.settings import EvalSettings
 
 #: The held-out rows of a run, written into its folder for ``agentfly eval --data``.
 EVAL_TASKS_FILE = "eval_tasks.jsonl"

@@ -13,7 +13,7 @@ import math
 
 import torch
 
-from agentfly_cli.train.algorithms import AlgorithmConfig
+from agentfly_cli.settings.algorithm import AlgorithmSettings
 
 MAX_LOG_RATIO = 20.0
 MAX_GSPO_LOG_RATIO = 10.0
@@ -27,7 +27,7 @@ def ppo_loss(
     old_logprobs: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
-    config: AlgorithmConfig,
+    config: AlgorithmSettings,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Clipped PPO with separate low/high clip ranges and optional dual clip (clip_ratio_c)."""
     trained = mask.bool()
@@ -53,7 +53,7 @@ def gspo_loss(
     old_logprobs: torch.Tensor,
     advantages: torch.Tensor,
     mask: torch.Tensor,
-    config: AlgorithmConfig,
+    config: AlgorithmSettings,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """GSPO: the sequence ratio (geometric mean of token ratios), clipped, applied per token.
 
@@ -142,7 +142,7 @@ def kl_token_rewards(
     logprobs_old: torch.Tensor,
     ref_logprobs: torch.Tensor,
     mask: torch.Tensor,
-    config: AlgorithmConfig,
+    config: AlgorithmSettings,
 ) -> torch.Tensor:
     """KL in the reward: -kl_coef * k1 per masked token, for ``AdvantageInput.token_rewards``."""
     trained = mask.bool()
@@ -179,7 +179,7 @@ def value_loss(
 
 
 def _clipped_objective(
-    ratio: torch.Tensor, advantages: torch.Tensor, config: AlgorithmConfig
+    ratio: torch.Tensor, advantages: torch.Tensor, config: AlgorithmSettings
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """-min(ratio * A, clip(ratio) * A) and where the clipped term won."""
     unclipped = -advantages * ratio

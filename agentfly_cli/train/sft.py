@@ -23,42 +23,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
-
 from agentfly_cli.errors import UserError
 from agentfly_cli.rollout.trajectory import Trajectory, read_trajectories
+from agentfly_cli.settings.train import SFTSettings
 from agentfly_cli.surrogates import json_line
-from agentfly_cli.train.backends.config import TrainBackendConfig
 from agentfly_cli.train.heap import trim_heap
-from agentfly_cli.train.settings import OptimizationSettings
 
 SUMMARY_FILE = "sft.json"
 MODEL_DIR = "model"
 HELDOUT_FILE = "heldout_tasks.jsonl"
 TRAIN_FILE = "train_tasks.jsonl"
-
-
-def _sft_backend() -> TrainBackendConfig:
-    return TrainBackendConfig(lr=5e-5, lr_schedule="cosine", warmup_steps=2)
-
-
-class SFTSettings(OptimizationSettings):
-    """How ``agentfly sft`` trains; ``--set key=value`` changes any of these (the shared ones:
-    :class:`~agentfly_cli.train.settings.OptimizationSettings`)."""
-
-    epochs: int = Field(2, ge=1, description="passes over the kept trajectories")
-    batch_size: int = Field(8, ge=1, description="trajectories per optimizer step")
-    min_reward: float | None = Field(
-        None, description="keep only chains whose reward is at least this; None: keep all"
-    )
-    holdout: float = Field(
-        0.1, ge=0.0, lt=1.0, description="seeded share of tasks kept out to measure loss on"
-    )
-    # SFT's own defaults for the shared backend: lr 5e-5, cosine, 2 warmup steps
-    backend: TrainBackendConfig = Field(
-        default_factory=_sft_backend,
-        description="the torch train backend (lr 5e-5, cosine, 2 warmup steps by default)",
-    )
 
 
 def build_settings(sets: Sequence[str] = (), **flags: Any) -> SFTSettings:

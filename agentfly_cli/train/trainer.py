@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentfly_cli.config import RunConfig
 from agentfly_cli.errors import UserError
 from agentfly_cli.rollout.outcome import check_some_chain_ran
 from agentfly_cli.rollout.trajectory import Trajectory
+from agentfly_cli.settings.run import RunSettings
 from agentfly_cli.train import algorithms as alg
 from agentfly_cli.train import distributed
 from agentfly_cli.train.checkpoint import CheckpointManager
@@ -45,7 +45,7 @@ class Trainer:
 
     def __init__(
         self,
-        config: RunConfig,
+        config: RunSettings,
         *,
         run_dir: str | Path,
         resume: bool = False,

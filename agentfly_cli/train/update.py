@@ -15,9 +15,9 @@ from typing import Any
 
 import torch
 
-from agentfly_cli.config import RunConfig
 from agentfly_cli.errors import UserError
 from agentfly_cli.rollout.trajectory import Trajectory
+from agentfly_cli.settings.run import RunSettings
 from agentfly_cli.train import algorithms as alg
 from agentfly_cli.train import distributed
 from agentfly_cli.train.batch import (
@@ -86,7 +86,7 @@ class PolicyUpdate:
 
     def __init__(
         self,
-        config: RunConfig,
+        config: RunSettings,
         train: Any,
         *,
         eot_token_id: int,

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from agentfly_cli.errors import UserError
-from agentfly_cli.train.settings import SolutionStep, WarmStartSettings
+from agentfly_cli.settings.train import SolutionStep, WarmStartSettings
 
 FOLDER = "warm_start"
 SCRIPT_FILE = "solutions.jsonl"
@@ -87,8 +87,9 @@ def warm_start(config: Any, run_dir: Path, *, console: bool = True, **components
     from agentfly_cli.models import resolve_model
     from agentfly_cli.rollout.runner import assemble, resolve_run, run_rollout
     from agentfly_cli.rollout.tasks import load_tasks
-    from agentfly_cli.train.backends.config import TrainBackendConfig
-    from agentfly_cli.train.sft import SFTSettings, fine_tune
+    from agentfly_cli.settings.train import SFTSettings
+    from agentfly_cli.settings.train_backend import TrainBackendSettings
+    from agentfly_cli.train.sft import fine_tune
 
     settings = config.trainer.warm_start
     folder = Path(run_dir) / FOLDER
@@ -134,7 +135,7 @@ def warm_start(config: Any, run_dir: Path, *, console: bool = True, **components
         holdout=0.0,  # the recipe's held-out tasks are held out already
         micro_batch_tokens=config.trainer.micro_batch_tokens,
         seed=config.trainer.seed,
-        backend=TrainBackendConfig(
+        backend=TrainBackendSettings(
             lr=settings.lr,
             lr_schedule="cosine",
             warmup_steps=2,

@@ -2,16 +2,16 @@
 
 from agentfly_cli.rollout.backends.base import (
     Backend,
-    BackendConfig,
     BackendUnavailableError,
     Generation,
     RequestContext,
     SamplingParams,
 )
+from agentfly_cli.settings.rollout import BackendSettings
 
 __all__ = [
     "Backend",
-    "BackendConfig",
+    "BackendSettings",
     "BackendUnavailableError",
     "Generation",
     "RequestContext",

@@ -1,6 +1,6 @@
 """The built-in backends, registered through the same entry point a plugin would use.
 
-A backend factory takes ``(config: BackendConfig, chat: ChatTemplate)`` and returns a
+A backend factory takes ``(config: BackendSettings, chat: ChatTemplate)`` and returns a
 :class:`~agentfly_cli.rollout.backends.base.Backend`. Heavy libraries load only when a
 backend is built.
 """

@@ -20,12 +20,12 @@ from typing import Any
 from agentfly_cli.errors import UserError
 from agentfly_cli.rollout.backends.base import (
     Backend,
-    BackendConfig,
     BackendUnavailableError,
     Generation,
     RequestContext,
     SamplingParams,
 )
+from agentfly_cli.settings.rollout import BackendSettings
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +176,7 @@ class OpenAIBackend(Backend):
 
     name = "openai"
 
-    def __init__(self, config: BackendConfig, tokenizer: Any = None):
+    def __init__(self, config: BackendSettings, tokenizer: Any = None):
         if not config.base_url:
             raise UserError(
                 "the openai backend needs backend.base_url, e.g. http://localhost:8000/v1"

@@ -14,13 +14,8 @@ import json
 from pathlib import Path
 
 from agentfly_cli.errors import UserError
-from agentfly_cli.rollout.backends.base import (
-    Backend,
-    BackendConfig,
-    Generation,
-    RequestContext,
-    SamplingParams,
-)
+from agentfly_cli.rollout.backends.base import Backend, Generation, RequestContext, SamplingParams
+from agentfly_cli.settings.rollout import BackendSettings
 
 
 class Script(list):
@@ -70,7 +65,7 @@ class ScriptedBackend(Backend):
         self._cache: dict[str, list[int]] = {}
 
     @classmethod
-    def from_config(cls, config: BackendConfig, chat) -> ScriptedBackend:
+    def from_config(cls, config: BackendSettings, chat) -> ScriptedBackend:
         if not config.script:
             raise UserError("the scripted backend needs a script: pass --script FILE.jsonl")
         return cls(load_script(config.script), chat)

@@ -41,13 +41,13 @@ from typing import Any
 from agentfly_cli.errors import UserError
 from agentfly_cli.rollout.backends.base import (
     Backend,
-    BackendConfig,
     BackendUnavailableError,
     Generation,
     RequestContext,
     SamplingParams,
     unwrapped_names,
 )
+from agentfly_cli.settings.rollout import BackendSettings
 
 log = logging.getLogger(__name__)
 
@@ -337,7 +337,7 @@ class VLLMBackend(Backend):
     returns_tokens = True
     takes_weights = True
 
-    def __init__(self, config: BackendConfig, tokenizer: Any = None) -> None:
+    def __init__(self, config: BackendSettings, tokenizer: Any = None) -> None:
         """Start the engine for ``config.model`` (a local folder); blocks until it is ready."""
         if not config.model:
             raise UserError("the vllm backend needs backend.model: a model folder or alias")

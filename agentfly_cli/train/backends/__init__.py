@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from agentfly_cli.settings.train_backend import LoraSettings, TrainBackendSettings
 from agentfly_cli.train.backends.base import TrainBackend, check_schedule
-from agentfly_cli.train.backends.config import LoraSettings, TrainBackendConfig
 
 
 def build_train_backend(
-    model_path: str | Path, config: TrainBackendConfig, host: Any = None
+    model_path: str | Path, config: TrainBackendSettings, host: Any = None
 ) -> TrainBackend:
     """Load the model folder into the train backend registered as ``config.name`` (from
     ``host``, default: the installed plugins); an unknown name is a one-line error."""
@@ -22,4 +22,4 @@ def build_train_backend(
     return host.components.train_backends.get(config.name).factory(model_path, config)
 
 
-__all__ = ["LoraSettings", "TrainBackend", "TrainBackendConfig", "build_train_backend"]
+__all__ = ["LoraSettings", "TrainBackend", "TrainBackendSettings", "build_train_backend"]

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentfly_cli.devices import pick_device, pick_dtype
 from agentfly_cli.errors import UserError
-from agentfly_cli.train.backends.config import LoraSettings, TrainBackendConfig
+from agentfly_cli.settings.train_backend import LoraSettings, TrainBackendSettings
 
 if TYPE_CHECKING:
     import torch
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 __all__ = [
     "LoraSettings",
     "TrainBackend",
-    "TrainBackendConfig",
+    "TrainBackendSettings",
     "atomic_torch_save",
     "iter_weights",
     "load_hf_weights",
@@ -56,7 +56,7 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     return pick_dtype(name, device, "trainer.backend.dtype", ("float32", "bfloat16"))
 
 
-def check_schedule(config: TrainBackendConfig) -> None:
+def check_schedule(config: TrainBackendSettings) -> None:
     """A decaying schedule needs to know where it ends."""
     if config.lr_schedule != "constant" and config.total_steps is None:
         raise UserError(
@@ -65,7 +65,7 @@ def check_schedule(config: TrainBackendConfig) -> None:
         )
 
 
-def lr_factor(step: int, config: TrainBackendConfig) -> float:
+def lr_factor(step: int, config: TrainBackendSettings) -> float:
     """The LR multiplier for optimizer step ``step`` (0-based).
 
     Warmup ramps linearly: step s < warmup_steps gets (s + 1) / warmup_steps, so the first
@@ -85,7 +85,7 @@ def lr_factor(step: int, config: TrainBackendConfig) -> float:
     return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-def make_scheduler(optimizer: Any, config: TrainBackendConfig):
+def make_scheduler(optimizer: Any, config: TrainBackendSettings):
     """A ``LambdaLR`` over ``lr_factor``; step it once per applied optimizer step."""
     from torch.optim.lr_scheduler import LambdaLR
 
@@ -110,7 +110,7 @@ def load_hf_model(model_path: str | Path, dtype: torch.dtype):
         ) from exc
 
 
-def prepare_model(model: Any, config: TrainBackendConfig):
+def prepare_model(model: Any, config: TrainBackendSettings):
     """Gradient checkpointing, then LoRA adapters; returns the model to train (train mode)."""
     if config.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -258,7 +258,7 @@ class TrainBackend(abc.ABC):
     is_main: bool = True
     world_size: int = 1
     rank: int = 0
-    config: TrainBackendConfig
+    config: TrainBackendSettings
     #: The hf rollout backend may sample from ``unwrapped()`` itself (no weight copies).
     shares_model: bool = False
     #: Gradients are summed into each weight's ``.grad`` and read only at ``step()``; a backend

@@ -1,6 +1,6 @@
 """The built-in train backends, registered through the same hook a plugin would use.
 
-A train backend factory takes ``(model_path, config: TrainBackendConfig)`` and returns a
+A train backend factory takes ``(model_path, config: TrainBackendSettings)`` and returns a
 :class:`~agentfly_cli.train.backends.base.TrainBackend`; torch and DeepSpeed load only when a
 backend is built. (An FSDP backend, say, is a plugin with one ``register_train_backends``.)
 """

@@ -23,7 +23,7 @@ from typing import Any
 from agentfly_cli.errors import UserError
 from agentfly_cli.train.backends.base import (
     TrainBackend,
-    TrainBackendConfig,
+    TrainBackendSettings,
     iter_weights,
     load_hf_model,
     make_scheduler,
@@ -84,7 +84,7 @@ def default_dist_env() -> None:
     os.environ.setdefault("MASTER_PORT", str(_free_port()))
 
 
-def ds_config(config: TrainBackendConfig, *, bf16: bool, cuda: bool) -> dict:
+def ds_config(config: TrainBackendSettings, *, bf16: bool, cuda: bool) -> dict:
     """The DeepSpeed config dict for ``config`` (client optimizer, caller-owned boundaries)."""
     zero: dict[str, Any] = {"stage": config.zero_stage}
     if not cuda:
@@ -114,7 +114,7 @@ class DeepSpeedBackend(TrainBackend):
 
     name = "deepspeed"
 
-    def __init__(self, model_path: str | Path, config: TrainBackendConfig):
+    def __init__(self, model_path: str | Path, config: TrainBackendSettings):
         """Join the process group, load the model, and build the engine."""
         import torch
 

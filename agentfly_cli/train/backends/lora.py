@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from agentfly_cli.errors import UserError
-from agentfly_cli.train.backends.config import LoraSettings
+from agentfly_cli.settings.train_backend import LoraSettings
 
 INSTALL_HINT = "pip install 'peft>=0.13'"
 

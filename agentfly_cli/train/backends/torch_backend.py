@@ -16,7 +16,7 @@ from agentfly_cli.allocator import keep_freed_memory
 from agentfly_cli.errors import UserError
 from agentfly_cli.train.backends.base import (
     TrainBackend,
-    TrainBackendConfig,
+    TrainBackendSettings,
     atomic_torch_save,
     iter_weights,
     load_hf_model,
@@ -37,7 +37,7 @@ CHECKPOINT_FORMAT = "agentfly-torch-backend/2"
 READABLE_FORMATS = ("agentfly-torch-backend/1", CHECKPOINT_FORMAT)
 
 
-def make_adamw(params: list, config: TrainBackendConfig, *, fused: bool = False):
+def make_adamw(params: list, config: TrainBackendSettings, *, fused: bool = False):
     """``torch.optim.AdamW`` with the configured hyperparameters.
 
     ``fused`` updates each parameter in one kernel (CPU and CUDA): the default ``foreach``
@@ -74,7 +74,7 @@ class TorchBackend(TrainBackend):
     plain_grad_accumulation = True
     shares_model = True
 
-    def __init__(self, model_path: str | Path, config: TrainBackendConfig):
+    def __init__(self, model_path: str | Path, config: TrainBackendSettings):
         """Load ``model_path`` onto the configured device and dtype, build optimizer and LR."""
         import torch
 

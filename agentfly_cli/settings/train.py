@@ -1,5 +1,8 @@
-"""Trainer settings: the ``trainer:`` section of a recipe. Importing this module stays light
-(no torch), so that configs are validated before anything heavy loads."""
+"""Training settings: the ``trainer:`` section of a recipe (RL), and ``agentfly sft``'s.
+
+Both share :class:`OptimizationSettings`; their algorithm and train backend settings live in
+:mod:`.algorithm` and :mod:`.train_backend`.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +10,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from agentfly_cli.train.algorithms import AlgorithmConfig
-from agentfly_cli.train.backends.config import TrainBackendConfig
+from agentfly_cli.settings.algorithm import AlgorithmSettings
+from agentfly_cli.settings.train_backend import TrainBackendSettings
 
 
 class TelemetrySettings(BaseModel):
@@ -56,7 +59,7 @@ class EvalSettings(BaseModel):
                 "holdout takes the eval tasks from the training data; leave path and where "
                 "unset, or set holdout: 0 to use them"
             )
-        return self  # that every has tasks to evaluate is checked with the data (RunConfig)
+        return self  # that every has tasks to evaluate is checked with the data (RunSettings)
 
     @property
     def enabled(self) -> bool:
@@ -151,7 +154,7 @@ class OptimizationSettings(BaseModel):
         description="seeds the order of tasks and batches and any hold-out split of this phase "
         "(sampling: rollout.seed)",
     )
-    backend: TrainBackendConfig = Field(default_factory=TrainBackendConfig)
+    backend: TrainBackendSettings = Field(default_factory=TrainBackendSettings)
     telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
 
 
@@ -174,7 +177,30 @@ class TrainerSettings(OptimizationSettings):
     save_trajectories: bool = Field(
         True, description="write each step's trajectories to RUN_DIR/trajectories/ (agentfly view)"
     )
-    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    algorithm: AlgorithmSettings = Field(default_factory=AlgorithmSettings)
     eval: EvalSettings = Field(default_factory=EvalSettings)
     warm_start: WarmStartSettings = Field(default_factory=WarmStartSettings)
     curriculum: CurriculumSettings = Field(default_factory=CurriculumSettings)
+
+
+def _sft_backend() -> TrainBackendSettings:
+    return TrainBackendSettings(lr=5e-5, lr_schedule="cosine", warmup_steps=2)
+
+
+class SFTSettings(OptimizationSettings):
+    """How ``agentfly sft`` trains; ``--set key=value`` changes any of these (the shared ones:
+    :class:`OptimizationSettings`)."""
+
+    epochs: int = Field(2, ge=1, description="passes over the kept trajectories")
+    batch_size: int = Field(8, ge=1, description="trajectories per optimizer step")
+    min_reward: float | None = Field(
+        None, description="keep only chains whose reward is at least this; None: keep all"
+    )
+    holdout: float = Field(
+        0.1, ge=0.0, lt=1.0, description="seeded share of tasks kept out to measure loss on"
+    )
+    # SFT's own defaults for the shared backend: lr 5e-5, cosine, 2 warmup steps
+    backend: TrainBackendSettings = Field(
+        default_factory=_sft_backend,
+        description="the torch train backend (lr 5e-5, cosine, 2 warmup steps by default)",
+    )

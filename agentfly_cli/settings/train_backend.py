@@ -1,4 +1,4 @@
-"""Train backend settings (``trainer.backend``). No torch import: configs validate cheaply."""
+"""Where and how the policy is optimized: ``trainer.backend`` (and ``sft``'s backend)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ class LoraSettings(BaseModel):
     )
 
 
-class TrainBackendConfig(BaseModel):
+class TrainBackendSettings(BaseModel):
     """Where and how the policy is optimized."""
 
     model_config = ConfigDict(extra="forbid")

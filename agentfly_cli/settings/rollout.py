@@ -1,4 +1,5 @@
-"""Rollout settings: how many chains, how long, how they sample."""
+"""Rollout settings (``rollout:``: how many chains, how long, how they sample) and the
+backend's (``backend:``)."""
 
 from __future__ import annotations
 
@@ -54,4 +55,37 @@ class RolloutSettings(BaseModel):
         20_000,
         ge=0,
         description="garbage-collector first threshold while chains run (0: leave it alone)",
+    )
+
+
+class BackendSettings(BaseModel):
+    """Settings shared by the built-in backends; each uses the fields it needs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field("hf", description="backend name: hf, vllm, openai, scripted, or a plugin's")
+    model: str | None = Field(None, description="model folder or alias (tiny, smollm2)")
+    tokenizer: str | None = Field(None, description="tokenizer folder, if not the model's")
+    device: str = Field("auto", description="hf: cpu, cuda, cuda:1 or auto")
+    dtype: str = Field("auto", description="float32, bfloat16, float16 or auto")
+    max_batch_size: int = Field(64, ge=1, description="hf: most requests in one forward pass")
+    batch_wait_ms: float = Field(2.0, ge=0, description="hf: wait for more requests to batch")
+    prefix_cache_tokens: int = Field(
+        32768,
+        ge=0,
+        description="hf: KV of finished requests kept (in tokens) so that a chain's next turn "
+        "prefills only its new tokens; 0 turns it off",
+    )
+    script: str | None = Field(None, description="scripted: JSONL of responses per task")
+    base_url: str | None = Field(None, description="openai: server URL, e.g. http://host:8000/v1")
+    api_key_env: str = Field("OPENAI_API_KEY", description="openai: env var with the API key")
+    served_model: str | None = Field(None, description="openai: model name on the server")
+    request_timeout: float = Field(120.0, gt=0, description="openai: seconds per request")
+    gpu_memory_utilization: float = Field(0.4, gt=0, le=1, description="vllm")
+    max_model_len: int | None = Field(None, description="vllm: context length")
+    enforce_eager: bool = Field(True, description="vllm: no CUDA graphs / compile")
+    seed: int = Field(
+        0,
+        description="hf: seeds the requests that carry no seed (rollout.seed: null); vllm: the "
+        "engine's seed",
     )

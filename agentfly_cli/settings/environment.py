@@ -57,7 +57,7 @@ VARIABLES: dict[str, Variable] = {
 
 
 def _raw(name: str) -> str | None:
-    assert name in VARIABLES, f"{name} is not declared in agentfly_cli/settings.py"
+    assert name in VARIABLES, f"{name} is not declared in agentfly_cli/settings/environment.py"
     return os.environ.get(name)
 
 

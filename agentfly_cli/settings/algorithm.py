@@ -1,0 +1,92 @@
+"""How advantages and the policy loss are computed: ``trainer.algorithm``.
+
+The estimators and losses themselves are registered components
+(:mod:`agentfly_cli.train.algorithms`); these settings only name them.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+LossAggregation = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+#: ``loss_agg`` of a policy loss when the user sets none (others: token-mean). GSPO's objective
+#: is a mean over sequences of per-sequence terms (Zheng et al. 2025; verl's GSPO recipe).
+DEFAULT_LOSS_AGG = {"gspo": "seq-mean-token-mean"}
+
+
+class AlgorithmSettings(BaseModel):
+    """How advantages and the policy loss are computed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    advantage: str = Field(
+        "grpo",
+        description="Advantage estimator: grpo, rloo, reinforce_pp, reinforce_pp_baseline, gae "
+        "or one a plugin registers.",
+    )
+    policy_loss: str = Field("ppo", description="Policy loss: ppo, gspo or one a plugin registers.")
+    loss_agg: LossAggregation = Field(
+        "token-mean",
+        description="How per-token losses become one number: token-mean, seq-mean-token-mean "
+        "or seq-mean-token-sum-norm (Dr.GRPO). Unset, gspo uses seq-mean-token-mean.",
+    )
+    norm_adv_by_std: bool = Field(
+        True, description="GRPO: divide by the group's std (False is Dr.GRPO)."
+    )
+    gamma: float = Field(1.0, ge=0.0, le=1.0, description="Discount per trained token.")
+    lam: float = Field(1.0, ge=0.0, le=1.0, description="GAE lambda.")
+    clip_ratio_low: float = Field(
+        0.2, ge=0.0, description="The ratio is clipped below at 1 - clip_ratio_low."
+    )
+    clip_ratio_high: float = Field(
+        0.2, ge=0.0, description="The ratio is clipped above at 1 + clip_ratio_high (DAPO: 0.28)."
+    )
+    clip_ratio_c: float | None = Field(
+        None, description="Dual-clip bound for negative advantages (e.g. 3.0); None is off."
+    )
+    kl_coef: float = Field(
+        0.0, ge=0.0, description="Weight of the KL to the reference model; 0 loads no reference."
+    )
+    kl_kind: Literal["k1", "k2", "k3"] = Field(
+        "k3", description="KL estimator of the KL loss term: k1, k2 or k3 (Schulman)."
+    )
+    kl_in_reward: bool = Field(
+        False,
+        description="Subtract kl_coef * k1 from the per-token reward instead of adding a KL loss.",
+    )
+    entropy_coef: float = Field(0.0, ge=0.0, description="Weight of the entropy bonus.")
+    tis_cap: float | None = Field(
+        None,
+        gt=0.0,
+        description="Truncated importance sampling cap on trainer/sampler probability ratios "
+        "(e.g. 2.0); None is off.",
+    )
+    dynamic_sampling: bool = Field(
+        False, description="DAPO: drop groups whose rewards are all equal."
+    )
+    value_coef: float = Field(0.5, ge=0.0, description="Weight of the value loss (gae).")
+    value_clip: float | None = Field(
+        0.2, gt=0.0, description="Clip range of the value update; None is unclipped."
+    )
+    seq_len_constant: int | None = Field(
+        None,
+        ge=1,
+        description="Dr.GRPO normaliser of seq-mean-token-sum-norm; None: the generation budget.",
+    )
+    adv_eps: float = Field(1e-6, ge=0.0, description="Added to a std before dividing by it.")
+
+    @model_validator(mode="after")
+    def _loss_agg_of_the_policy_loss(self) -> AlgorithmSettings:
+        """A policy loss with its own aggregation (gspo) gets it unless loss_agg is set."""
+        if "loss_agg" not in self.model_fields_set and self.policy_loss in DEFAULT_LOSS_AGG:
+            self.loss_agg = DEFAULT_LOSS_AGG[self.policy_loss]
+        return self
+
+    @field_validator("clip_ratio_c")
+    @classmethod
+    def _dual_clip_above_one(cls, value: float | None) -> float | None:
+        if value is not None and value <= 1.0:
+            raise ValueError(f"clip_ratio_c must be > 1 (e.g. 3.0), got {value}")
+        return value
