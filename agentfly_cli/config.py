@@ -92,17 +92,19 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     return data
 
 
-def resolve_recipe_path(spec: str) -> Path:
-    """A YAML path, or the name of a registered recipe."""
+def resolve_recipe_path(spec: str, host: Any = None) -> Path:
+    """A YAML path, or the name of a recipe registered with ``host`` (a
+    :class:`~agentfly_cli.plugins.PluginHost`; default: the installed plugins)."""
     path = Path(spec).expanduser()
     if path.is_file():
         return path
     if path.suffix in (".yaml", ".yml") or os.sep in spec:
         raise UserError(f"config file {spec!r} not found")
-    from agentfly_cli.plugins import get_plugin_host
+    if host is None:
+        from agentfly_cli.plugins import get_plugin_host
 
-    recipes = get_plugin_host().components.recipes
-    return Path(recipes.get(spec).path)
+        host = get_plugin_host()
+    return Path(host.components.recipes.get(spec).path)
 
 
 def load_yaml(path: Path) -> dict[str, Any]:
@@ -119,16 +121,22 @@ def load_yaml(path: Path) -> dict[str, Any]:
 
 
 def load_config(
-    spec: str | None = None, overrides: list[str] | None = None, **fields: Any
+    spec: str | None = None,
+    overrides: list[str] | None = None,
+    *,
+    host: Any = None,
+    **fields: Any,
 ) -> RunSettings:
     """Build a config from a recipe name or YAML file, then ``fields``, then ``--set`` overrides.
 
+    A recipe name is looked up in ``host`` (a :class:`~agentfly_cli.plugins.PluginHost`;
+    default: the installed plugins).
     Relative paths in a YAML file (data, script, template) are relative to that file.
     """
     data: dict[str, Any] = {}
     source = "config"
     if spec:
-        path = resolve_recipe_path(spec)
+        path = resolve_recipe_path(spec, host)
         data = load_yaml(path)
         source = str(path)
         _anchor_paths(data, path.parent)

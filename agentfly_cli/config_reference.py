@@ -25,6 +25,19 @@ Every field of a run config: a recipe (`agentfly recipes show NAME`), a YAML fil
 a.b=c` on the command line. A field not listed here is an error (one line naming the field and
 the nearest known one). `NAME` stands for a key you choose (an env's name); `[]` for an item of a
 list. See [rollout.md](rollout.md#configs-and-recipes) for how a recipe is put together.
+
+## Seeds
+
+Each seed decides one thing, and nothing else reads it:
+
+- `rollout.seed`: sampling. Each request's seed is derived from it, the task's position in the
+  run, the chain and the turn (`null`: unseeded).
+- `trainer.seed` (and `agentfly sft`'s `seed`): the order of tasks and mini-batches, and the
+  `trainer.eval.holdout` split.
+- `data.holdout_seed`: which tasks a recipe holds out of every phase (fixed per recipe,
+  whatever the other seeds).
+- `backend.seed`: hf: the requests that carry no seed (only when `rollout.seed` is `null`);
+  vllm: the engine's seed.
 """
 
 

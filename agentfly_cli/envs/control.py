@@ -73,6 +73,14 @@ def check_not_running(name: str) -> None:
         _forget(record)
 
 
+def _env_spec(name: str, plugin_host: Any) -> Any:
+    if plugin_host is None:
+        from agentfly_cli.plugins import get_plugin_host
+
+        plugin_host = get_plugin_host()
+    return plugin_host.components.envs.get(name)
+
+
 def start_server(
     name: str,
     config: EnvPoolSettings,
@@ -80,12 +88,14 @@ def start_server(
     host: str | None = None,
     port: int = 0,
     wait: float = 120.0,
+    plugin_host: Any = None,
 ) -> ServerRecord:
-    """Start a pool server in the background and wait until its warm envs are up."""
-    from agentfly_cli.plugins import get_plugin_host
+    """Start a pool server in the background and wait until its warm envs are up.
 
+    The env ``name`` is looked up in ``plugin_host`` (default: the installed plugins); the
+    server process loads the installed plugins itself, so the env must be installed."""
     check_server_name(name)
-    spec = get_plugin_host().components.envs.get(name)  # unknown names fail here, clearly
+    spec = _env_spec(name, plugin_host)  # unknown names fail here, clearly
     try:
         config.pool_limits(spec)
     except ValueError as exc:

@@ -241,13 +241,21 @@ def default_address(name: str) -> str:
 
 
 async def run_server(
-    name: str, config: EnvPoolSettings, *, host: str | None = None, port: int = 0
+    name: str,
+    config: EnvPoolSettings,
+    *,
+    host: str | None = None,
+    port: int = 0,
+    plugin_host: Any = None,
 ) -> None:
-    """Serve the env ``name`` until SIGTERM, SIGINT or a ``shutdown`` request."""
-    from agentfly_cli.plugins import get_plugin_host
+    """Serve the env ``name`` (looked up in ``plugin_host``; default: the installed plugins)
+    until SIGTERM, SIGINT or a ``shutdown`` request."""
+    if plugin_host is None:
+        from agentfly_cli.plugins import get_plugin_host
 
+        plugin_host = get_plugin_host()
     check_server_name(name)
-    spec = get_plugin_host().components.envs.get(name)
+    spec = plugin_host.components.envs.get(name)
     token = secrets.token_hex(16) if host else ""
     address = f"tcp://{host}:{port}" if host else default_address(name)
     server = PoolServer(spec, config, address, token)
