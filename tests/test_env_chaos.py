@@ -49,7 +49,9 @@ class World:
     starts_ok: int = 0
     task_reset_calls: int = 0
     task_resets_ok: int = 0
-    closes_failed: int = 0  # raised or hung: the pool must kill these
+    closes_failed: int = 0  # raised or hung (injected)
+    closes_raised: int = 0
+    closes_cut: int = 0  # cancelled at close_timeout: the hung ones, and any slowed by loop lag
     alive: int = 0
     peak: int = 0
 
@@ -113,10 +115,14 @@ class ChaosEnv(BaseEnv):
             roll = self.world.rng.random()
             if roll < 0.04:
                 self.world.closes_failed += 1
+                self.world.closes_raised += 1
                 raise Injected("close")
             if roll < 0.06:
                 self.world.closes_failed += 1
                 await asyncio.sleep(HANG)  # past close_timeout: killed
+        except asyncio.CancelledError:
+            self.world.closes_cut += 1
+            raise
         finally:
             self.world.alive -= 1
 
@@ -300,7 +306,11 @@ def test_chaos_thousands_of_leases_leak_nothing():
     assert world.alive == 0 and pool.live() == 0
     assert all(env.closes == 1 for env in world.envs)
     assert world.peak <= settings.pool_max
-    assert sum(h.kills for h in world.handles) == world.closes_failed
+    # a close that raised or was cut off is killed, no other (under CPU load a close slowed past
+    # the 20 ms close_timeout is cut too, so count the cuts rather than the injected hangs)
+    hung = world.closes_failed - world.closes_raised
+    assert world.closes_cut >= hung
+    assert sum(h.kills for h in world.handles) == world.closes_raised + world.closes_cut
     assert all(h.kills <= 1 for h in world.handles)
 
     # the pool's counters add up and agree with ours
@@ -513,8 +523,10 @@ def test_chaos_on_the_subprocess_provider_leaves_no_process():
         assert stats.acquired == stats.released + stats.restarts + stats.killed
         assert stats.restarts + stats.killed >= seen["crashed"] + seen["hung"]
         assert (stats.in_use, stats.idle, stats.starting) == (0, 0, 0)
+        # a start cancelled while its process was being spawned leaves a handle without a pid
+        # (asyncio kills such a child itself); every other handle had a process to check
         pids = [h.pid for h in provider.handles if h.pid is not None]
-        assert len(pids) == len(provider.handles)
+        assert len(pids) >= len(provider.handles) - seen["cancelled"] and len(pids) > 10
         deadline = time.monotonic() + 10
         while any(_alive(pid) for pid in pids):
             assert time.monotonic() < deadline, [p for p in pids if _alive(p)]

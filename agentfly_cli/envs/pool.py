@@ -27,6 +27,7 @@ from typing import Any
 
 from agentfly_cli.deadlines import within
 from agentfly_cli.envs.base import EnvSpec
+from agentfly_cli.envs.handoff import Handoff
 from agentfly_cli.envs.lease_limit import LeaseClock
 from agentfly_cli.envs.pool_errors import (  # noqa: F401 (the pool's errors, importable from here)
     AcquireTimeout,
@@ -85,16 +86,14 @@ class EnvPool:
         self.options = dict(options or {})
         self._stats = PoolStats()
         self._idle: collections.deque[tuple[EnvHandle, float]] = collections.deque()
-        self._handed: set[EnvHandle] = set()  # given to a waiter that has not taken it yet
         self._preparing: set[EnvHandle] = set()  # being reset for the acquirer's task
         self._in_use: set[EnvHandle] = set()
         self._returning: set[EnvHandle] = set()
         self._starting = 0
-        self._granted = 0  # free slots promised to woken waiters, not yet starting their env
         self._rewarm = False  # a warm replacement found the pool full: start it when room frees
         self._closing: set[asyncio.Task] = set()
         self._background: set[asyncio.Task] = set()
-        self._waiters: collections.deque[asyncio.Future] = collections.deque()
+        self._handoff = Handoff(self._unclaimed)  # acquirers waiting for room, FIFO
         self._reaper: asyncio.Task | None = None
         self._closed = False
         self._leases = LeaseClock(spec.name, self.settings.lease_timeout, self._reclaim)
@@ -150,15 +149,11 @@ class EnvPool:
             for task in (self._reaper, *self._background):
                 if task is not None:
                     task.cancel()
-            while self._waiters:
-                waiter = self._waiters.popleft()
-                if not waiter.done():
-                    waiter.set_exception(PoolClosed(f"the '{self.name}' env pool was shut down"))
+            untaken = self._handoff.fail_all(self._closed_error)
             while self._idle:
                 handle, _ = self._idle.popleft()
                 self._destroy(handle)
-            for handle in list(self._handed):  # its waiter has not taken it: never acquired
-                self._handed.discard(handle)
+            for handle in untaken:  # its waiter has not taken it: never acquired
                 self._destroy(handle)
             for handle in list(self._in_use):
                 self._in_use.discard(handle)
@@ -171,7 +166,11 @@ class EnvPool:
         # starting, preparing and returning envs are closed by their owners (within their
         # timeouts); promised slots are given up by their waiters as soon as these run
         while (
-            self._closing or self._returning or self._preparing or self._starting or self._granted
+            self._closing
+            or self._returning
+            or self._preparing
+            or self._starting
+            or self._handoff.granted
         ):
             pending = list(self._closing)
             if pending:
@@ -211,9 +210,9 @@ class EnvPool:
         timeout = self.settings.acquire_timeout if timeout is None else checked_seconds(timeout)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        if not self._waiters and self._idle:
+        if not self._handoff and self._idle:
             handle, _ = self._idle.pop()
-        elif not self._waiters and self._occupied() < self.settings.pool_max:
+        elif not self._handoff and self._occupied() < self.settings.pool_max:
             handle = await self._start_one()
         else:
             handle = await self._wait(deadline, timeout)
@@ -277,7 +276,7 @@ class EnvPool:
         snapshot = PoolStats(**self._stats.as_dict())
         snapshot.in_use = len(self._in_use)
         snapshot.idle = len(self._idle)
-        snapshot.waiting = sum(1 for w in self._waiters if not w.done())
+        snapshot.waiting = self._handoff.waiting()
         snapshot.starting = self._starting
         return snapshot
 
@@ -289,14 +288,16 @@ class EnvPool:
     # -- internals -------------------------------------------------------------------------
     def _check_open(self) -> None:
         if self._closed:
-            raise PoolClosed(f"the '{self.name}' env pool was shut down")
+            raise self._closed_error()
+
+    def _closed_error(self) -> PoolClosed:
+        return PoolClosed(f"the '{self.name}' env pool was shut down")
 
     def _occupied(self) -> int:
         return (
             self._starting
-            + self._granted
+            + self._handoff.held()
             + len(self._idle)
-            + len(self._handed)
             + len(self._preparing)
             + len(self._in_use)
             + len(self._returning)
@@ -305,13 +306,8 @@ class EnvPool:
 
     async def _wait(self, deadline: float, timeout: float) -> EnvHandle | None:
         """Queue until an env is handed over (returned) or a slot is promised to us (None)."""
-        waiter = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
-        received = False
         try:
-            async with asyncio.timeout_at(deadline):
-                handle = await waiter
-            received = True
+            handle = await self._handoff.wait(deadline)
         except TimeoutError:
             self._stats.timeouts += 1
             raise AcquireTimeout(
@@ -319,45 +315,22 @@ class EnvPool:
                 "are in use; raise envs.<name>.pool_max or acquire_timeout, or lower "
                 "rollout.concurrency"
             ) from None
-        finally:
-            with contextlib.suppress(ValueError):
-                self._waiters.remove(waiter)
-            if not received and waiter.done() and not waiter.cancelled():
-                if waiter.exception() is None:  # handed over just as we timed out or left
-                    self._hand_back(waiter.result())
-        if handle is not None:
-            if handle not in self._handed:  # the pool closed and took it back
-                raise PoolClosed(f"the '{self.name}' env pool was shut down")
-            self._handed.discard(handle)
+        if handle is not None and not self._handoff.take(handle):
+            raise self._closed_error()  # the pool closed and took it back
         return handle
 
-    def _hand_back(self, handle: EnvHandle | None) -> None:
-        """Give a handed-over env (or a promised slot) to the next waiter: its receiver left."""
+    def _unclaimed(self, handle: EnvHandle | None) -> None:
+        """A waiter left without taking the env (or slot, None) it was given: pass it on."""
         if handle is None:
-            self._granted -= 1
             self._slot_freed()
-        elif handle in self._handed:
-            self._handed.discard(handle)
+        else:
             self._put_back(handle)
-
-    def _wake(self, handle: EnvHandle | None) -> bool:
-        """Hand ``handle`` (or, for None, a free slot) to the first waiter; False: nobody waits."""
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                if handle is None:
-                    self._granted += 1
-                else:
-                    self._handed.add(handle)
-                waiter.set_result(handle)
-                return True
-        return False
 
     def _slot_freed(self) -> None:
         """One env fewer: its slot goes to the first waiter, or to a warm replacement."""
         if self._closed:
             return
-        if not self._wake(None) and self._rewarm:
+        if not self._handoff.offer(None) and self._rewarm:
             self._rewarm = False
             self._replenish()
 
@@ -365,7 +338,7 @@ class EnvPool:
         """A clean env: to the first waiter, or idle."""
         if self._closed:
             self._destroy(handle)
-        elif not self._wake(handle):
+        elif not self._handoff.offer(handle):
             self._idle.append((handle, time.monotonic()))
 
     async def _start_warm(self) -> EnvHandle | None:
@@ -380,7 +353,7 @@ class EnvPool:
         The caller checks for room in the same step: nothing awaits before the slot is taken.
         """
         if granted:
-            self._granted -= 1
+            self._handoff.take_slot()
         self._check_open()
         self._starting += 1
         self._stats.created += 1
