@@ -1,8 +1,8 @@
-"""Run configuration: pydantic models, YAML recipes, and ``--set a.b=c`` overrides.
+"""Loading a run config: a recipe name or YAML file, then flags, then ``--set a.b=c``.
 
-A config names the model and backend, the data, the tools and reward, how the chat is
-rendered and parsed, and the rollout limits. Every field is checked; a bad one is a single
-line naming the field and the fix.
+The result is a :class:`~agentfly_cli.settings.run.RunSettings` (the models live in
+:mod:`agentfly_cli.settings`). Every field is checked; a bad one is a single line naming the
+field and the fix.
 """
 
 from __future__ import annotations
