@@ -425,10 +425,22 @@ def test_chaos_with_lease_time_limits_leaks_nothing():
 class RecordingProcessProvider(ProcessProvider):
     def __init__(self) -> None:
         self.handles: list[Any] = []
+        self.unspawned: list[Any] = []  # starts cancelled before their process existed
 
     async def create(self, spec: EnvSpec, options: Mapping[str, Any]):
         handle = await super().create(spec, options)
         self.handles.append(handle)
+        start = handle.start
+
+        async def recorded_start() -> None:
+            try:
+                await start()
+            except asyncio.CancelledError:
+                if handle.pid is None:
+                    self.unspawned.append(handle)
+                raise
+
+        handle.start = recorded_start
         return handle
 
 
@@ -526,7 +538,8 @@ def test_chaos_on_the_subprocess_provider_leaves_no_process():
         # a start cancelled while its process was being spawned leaves a handle without a pid
         # (asyncio kills such a child itself); every other handle had a process to check
         pids = [h.pid for h in provider.handles if h.pid is not None]
-        assert len(pids) >= len(provider.handles) - seen["cancelled"] and len(pids) > 10
+        without = [h for h in provider.handles if h.pid is None]
+        assert without == provider.unspawned and len(pids) > 10
         deadline = time.monotonic() + 10
         while any(_alive(pid) for pid in pids):
             assert time.monotonic() < deadline, [p for p in pids if _alive(p)]

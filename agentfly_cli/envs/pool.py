@@ -222,7 +222,7 @@ class EnvPool:
             await self._reset_for(handle, task)
         if self._closed:  # it closed while the env was reset
             self._destroy(handle)
-            raise PoolClosed(f"the '{self.name}' env pool was shut down")
+            raise self._closed_error()
         self._in_use.add(handle)
         self._stats.acquired += 1
         return self._leases.grant(handle)
@@ -385,7 +385,7 @@ class EnvPool:
         self._stats.started += 1
         if self._closed:
             self._destroy(handle)
-            raise PoolClosed(f"the '{self.name}' env pool was shut down")
+            raise self._closed_error()
         return handle
 
     async def _reset_for(self, handle: EnvHandle, task: Mapping[str, Any]) -> None:

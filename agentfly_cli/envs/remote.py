@@ -143,6 +143,7 @@ class RemotePool:
         self.url = ""
         self._token = ""
         self._stats = PoolStats()
+        self._acquire_timeout = config.acquire_timeout or PoolLimits().acquire_timeout
         self._open: set[Connection] = set()
         # a limit of the client's own (the server may have one too): past it, the connection
         # closes and the server kills the env
@@ -172,8 +173,7 @@ class RemotePool:
     async def lease(
         self, task: Mapping[str, Any] | None = None, timeout: float | None = None
     ) -> AsyncIterator[EnvHandle]:
-        if timeout is None:
-            timeout = self.config.acquire_timeout or PoolLimits().acquire_timeout
+        timeout = self._acquire_timeout if timeout is None else timeout
         connection = Connection(self.url, self._token)
         self._open.add(connection)
         self._stats.waiting += 1

@@ -111,14 +111,20 @@ def state_dir() -> Path:
     return Path(root) if root else cache_dir() / "pools"
 
 
+def _switch(name: str, *, default: bool) -> bool:
+    """An on/off variable: unset or empty gives ``default``; 0, false and no are off."""
+    text = (_raw(name) or "").strip().lower()
+    return default if not text else text not in ("0", "false", "no")
+
+
 def debug_enabled() -> bool:
     """``AGENTFLY_DEBUG`` is set to something other than empty, 0, false or no."""
-    return (_raw("AGENTFLY_DEBUG") or "").strip().lower() not in ("", "0", "false", "no")
+    return _switch("AGENTFLY_DEBUG", default=False)
 
 
 def malloc_tuning_enabled() -> bool:
     """``AGENTFLY_MALLOC_TUNING`` is unset or something other than 0, false or no."""
-    return (_raw("AGENTFLY_MALLOC_TUNING") or "").strip().lower() not in ("0", "false", "no")
+    return _switch("AGENTFLY_MALLOC_TUNING", default=True)
 
 
 def plugin_selection() -> str | None:

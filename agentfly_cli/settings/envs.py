@@ -90,13 +90,11 @@ class _EnvPlacement(BaseModel):
         default_factory=dict, description="keyword arguments of the env's factory"
     )
 
-    def limits(self) -> dict[str, Any]:
-        """The limits this section sets (None: unset)."""
-        return {name: getattr(self, name) for name in PoolLimits.model_fields}
-
     def pool_limits(self, spec: Any) -> PoolLimits:
-        """This section's limits over the spec's and the defaults."""
-        return PoolLimits.from_spec(spec, **self.limits())
+        """This section's limits (those set) over the spec's and the defaults."""
+        return PoolLimits.from_spec(
+            spec, **{name: getattr(self, name) for name in PoolLimits.model_fields}
+        )
 
 
 def _overridable(name: str) -> tuple[Any, Any]:
