@@ -13,11 +13,12 @@ solves the puzzle in the recipe. White and Black alternate as the strong side, s
 puzzles are for Black.
 
 Writes ``agentfly_cli/recipes/data/chess_puzzles.jsonl``: ``id``, ``fen``, ``side``,
-``mate_in``, ``solution`` (UCI), ``solution_san``, ``winning_moves`` (UCI), ``legal_moves``
+``mate_in``, ``solution`` (UCI), ``solution_san``, ``solution_listed`` (SAN as the move lists
+show it: a mate is marked ``+``), ``winning_moves`` (UCI), ``legal_moves``
 (how many), ``question`` (the user message: board, FEN, whose move, the legal moves).
 
-Needs python-chess and Stockfish (Debian: apt-get install stockfish). About 20 s on one core.
-Run: python scripts/make_chess_puzzles_data.py [--mate1 96] [--mate2 64]
+Needs python-chess and Stockfish (Debian: apt-get install stockfish). About 90 s on one core.
+Run: python scripts/make_chess_puzzles_data.py [--mate1 240] [--mate2 160]
 """
 
 from __future__ import annotations
@@ -155,8 +156,14 @@ async def solve(rows: list[dict]) -> None:
                 sans.append(board.san(chess.Move.from_uci(move)))
                 board.push_uci(move)
             row["solution"], row["solution_san"] = line, sans
+            row["solution_listed"] = [as_listed(san) for san in sans]
     finally:
         await env.close()
+
+
+def as_listed(san: str) -> str:
+    """A move as the env's move lists show it: checks and mates both end in ``+``."""
+    return san.rstrip("+#") + "+" if san.endswith(("+", "#")) else san
 
 
 def generate(mate1: int, mate2: int, seed: int = SEED) -> list[dict]:
@@ -182,7 +189,8 @@ def generate(mate1: int, mate2: int, seed: int = SEED) -> list[dict]:
                 rows.append(row)
                 quota[mate_in] -= 1
     asyncio.run(solve(rows))
-    order = ["id", "fen", "side", "mate_in", "solution", "solution_san", "winning_moves"]
+    order = ["id", "fen", "side", "mate_in", "solution", "solution_san", "solution_listed"]
+    order.append("winning_moves")
     return [
         {key: row[key] for key in [*order, *(k for k in row if k not in order)]} for row in rows
     ]
@@ -190,8 +198,8 @@ def generate(mate1: int, mate2: int, seed: int = SEED) -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mate1", type=int, default=96, help="mate-in-1 puzzles")
-    parser.add_argument("--mate2", type=int, default=64, help="mate-in-2 puzzles")
+    parser.add_argument("--mate1", type=int, default=240, help="mate-in-1 puzzles")
+    parser.add_argument("--mate2", type=int, default=160, help="mate-in-2 puzzles")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args()
     started = time.perf_counter()

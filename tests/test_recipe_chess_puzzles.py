@@ -18,6 +18,7 @@ from tests.recipe_checks import (
     budget,
     check_packaged_solutions_score,
     check_short_training_run,
+    check_warm_start_plays_solutions,
     check_tiny_model_rollout,
     json_call,
     needs_smollm2,
@@ -97,7 +98,7 @@ def run(coroutine):
 
 # -- data ----------------------------------------------------------------------------------------
 def test_packaged_puzzles_are_checkmates_in_n():
-    assert 100 <= len(ROWS) <= 200 and len({r["id"] for r in ROWS}) == len(ROWS)
+    assert 300 <= len(ROWS) <= 500 and len({r["id"] for r in ROWS}) == len(ROWS)
     assert len({r["fen"] for r in ROWS}) == len(ROWS)
     assert {(r["mate_in"], r["side"]) for r in ROWS} == {
         (1, "white"), (1, "black"), (2, "white"), (2, "black"),
@@ -108,8 +109,10 @@ def test_packaged_puzzles_are_checkmates_in_n():
         assert row["fen"] in row["question"] and row["question"].startswith("Chess puzzle")
         assert len(row["solution"]) == 2 * row["mate_in"] - 1
         assert row["solution"][0] in row["winning_moves"]
-        for move, san in zip(row["solution"], row["solution_san"], strict=True):
+        line = zip(row["solution"], row["solution_san"], row["solution_listed"], strict=True)
+        for move, san, listed in line:
             assert board.san(chess.Move.from_uci(move)) == san
+            assert listed in chess_env.legal_sans(board)  # as the move list shows it
             board.push_uci(move)
         assert board.is_checkmate()
         if row["mate_in"] == 1:  # every listed first move mates, and no other move does
@@ -483,6 +486,20 @@ def test_tiny_model_rollout_gives_valid_trajectories(tiny_model, tmp_path):
 @needs_stockfish
 def test_short_training_run_completes(tiny_model, tmp_path):
     check_short_training_run("chess_puzzles", tiny_model, tmp_path, *budget(8192))
+
+
+@needs_stockfish
+def test_the_default_warm_start_plays_the_solvers_moves_as_listed(tiny_model, tmp_path):
+    chains = check_warm_start_plays_solutions(
+        "chess_puzzles", tiny_model, tmp_path, 3, *SMALL_RUN
+    )
+    rows = {r["id"]: r for r in ROWS}
+    assert {rows[c.task["id"]]["mate_in"] for c in chains} == {1, 2}
+    for chain in chains:
+        row = rows[chain.task["id"]]
+        played = [c.arguments["move"] for c in chain.tool_calls]
+        assert played == row["solution_listed"][::2]  # as the move list shows them
+        assert played[-1].endswith("+") and row["solution_san"][-1].endswith("#")
 
 
 @needs_stockfish
