@@ -18,8 +18,8 @@ from tests.recipe_checks import (
     budget,
     check_packaged_solutions_score,
     check_short_training_run,
-    check_warm_start_plays_solutions,
     check_tiny_model_rollout,
+    check_warm_start_plays_solutions,
     json_call,
     needs_smollm2,
     scripted_rollout,
@@ -490,9 +490,7 @@ def test_short_training_run_completes(tiny_model, tmp_path):
 
 @needs_stockfish
 def test_the_default_warm_start_plays_the_solvers_moves_as_listed(tiny_model, tmp_path):
-    chains = check_warm_start_plays_solutions(
-        "chess_puzzles", tiny_model, tmp_path, 3, *SMALL_RUN
-    )
+    chains = check_warm_start_plays_solutions("chess_puzzles", tiny_model, tmp_path, 3, *SMALL_RUN)
     rows = {r["id"]: r for r in ROWS}
     assert {rows[c.task["id"]]["mate_in"] for c in chains} == {1, 2}
     for chain in chains:
