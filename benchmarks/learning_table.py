@@ -381,7 +381,7 @@ def plot(recipe: str, row: dict[str, Any], out: Path) -> Path | None:
     if base.get("done"):
         axis.axhline(base["mean"], color="grey", linestyle="--", label="base model")
     axis.set(xlabel="RL step", ylabel="held-out score", title=recipe, ylim=(0, 1.05))
-    axis.legend(loc="lower right")
+    axis.legend(loc="best")  # clear of the curves
     axis.grid(alpha=0.3)
     path = out / f"{recipe}.png"
     figure.tight_layout()
