@@ -57,6 +57,34 @@ def training_bar_fields(*, kl: bool) -> tuple[tuple[str, tuple[str, ...], str], 
     return tuple(f for f in BAR_FIELDS if kl or f[1] != KL_KEYS)
 
 
+def training_telemetry(
+    config: Any,
+    run_dir: Path,
+    *,
+    console: bool,
+    console_file: IO[str] | None,
+    start_step: int,
+    kl: bool,
+    step_progress: StepProgress | None,
+) -> Telemetry:
+    """The telemetry of an RL run (``config``: its RunSettings), as ``trainer.telemetry``
+    says; ``start_step``: the steps a resumed run had finished (0: a new run)."""
+    settings = config.trainer.telemetry
+    return Telemetry(
+        run_dir,
+        total_steps=config.trainer.steps,
+        sinks=tuple(settings.sinks),
+        console=console,
+        wandb_project=settings.wandb_project,
+        wandb_mode=settings.wandb_mode,
+        config=config.model_dump(mode="json"),
+        start_step=start_step + 1 if start_step else 0,
+        console_file=console_file,
+        bar_fields=training_bar_fields(kl=kl),
+        step_progress=step_progress,
+    )
+
+
 # (title, keys tried in order) of the plot panels after the reward panel
 PLOT_PANELS = (
     ("SFT loss", ("sft/loss",)),

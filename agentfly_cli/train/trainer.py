@@ -21,10 +21,10 @@ from agentfly_cli.settings.run import RunSettings
 from agentfly_cli.train import algorithms as alg
 from agentfly_cli.train import distributed
 from agentfly_cli.train.checkpoint import CheckpointManager
-from agentfly_cli.train.curriculum import task_stream
 from agentfly_cli.train.logprobs import auto_chunk_size, logprob_temperature, split_model
 from agentfly_cli.train.signal_watch import FlatRewardWatch
 from agentfly_cli.train.step_progress import StepProgress
+from agentfly_cli.train.task_plan import TaskPlan
 from agentfly_cli.train.update import PolicyUpdate, StepBatch
 from agentfly_cli.train.weight_sync import SharedModel, can_share_model, choose_weight_sync
 
@@ -125,28 +125,9 @@ class Trainer:
             # and a shared-prefix pass is one more body call than a plain one.
             self.share_prefix = False
         self.chat = self.engine.chat
-        from agentfly_cli.train.evaluation import HeldOutEval, split_tasks
-
-        if self.config.data.split == "heldout":
-            raise UserError(
-                "data.split: heldout would train on the held-out tasks; use train (the default)"
-            )
-        split = split_tasks(
-            self.rollout.tasks, settings.eval, data=self.config.data, seed=settings.seed
-        )
-        self.eval_split = split
-        self.held_out = HeldOutEval(split, settings.eval, settings.steps)
-        self.stream = task_stream(
-            split.train, settings.curriculum, seed=settings.seed, shuffle=settings.shuffle
-        )
-        if getattr(self.stream, "unlevelled", 0):
-            split.notes.append(
-                f"trainer.curriculum: {self.stream.unlevelled} training rows have no "
-                f"{settings.curriculum.field} among the levels {', '.join(self.stream.levels)} "
-                "and are never trained on"
-            )
-        if split.eval and self.train.is_main:
-            self.held_out.write_tasks(self.run_dir)
+        self.tasks = TaskPlan(self.rollout.tasks, settings, self.config.data)
+        if self.train.is_main:
+            self.tasks.write_held_out(self.run_dir)
         self.reference = self._load_reference() if alg.needs_reference(self.algo) else None
         self.update = PolicyUpdate(
             self.config,
@@ -201,26 +182,21 @@ class Trainer:
         """Steps are numbered from 1: step N's rollouts, metrics and trajectories carry N, and
         so do the checkpoint and the held-out eval taken after it (0: the eval before step 1).
         """
-        from agentfly_cli.train.telemetry import Telemetry, training_bar_fields
+        from agentfly_cli.train.telemetry import training_telemetry
 
         self._setup()
         settings = self.settings
-        telemetry_settings = settings.telemetry
         history: list[dict[str, float]] = []
         evals: list[dict[str, float]] = []
         main = self.train.is_main
         telemetry = (
-            Telemetry(
+            training_telemetry(
+                self.config,
                 self.run_dir,
-                total_steps=settings.steps,
-                sinks=tuple(telemetry_settings.sinks),
                 console=self.console,
-                wandb_project=telemetry_settings.wandb_project,
-                wandb_mode=telemetry_settings.wandb_mode,
-                config=self.config.model_dump(mode="json"),
-                start_step=self.start_step + 1 if self.start_step else 0,
                 console_file=self.console_file,
-                bar_fields=training_bar_fields(kl=self.reference is not None),
+                start_step=self.start_step,
+                kl=self.reference is not None,
                 step_progress=self.progress,
             )
             if main
@@ -233,12 +209,12 @@ class Trainer:
                     await self._sync_weights()  # resumed weights reach the rollout backend
                 with telemetry:
                     if main:
-                        for note in self.eval_split.notes:
+                        for note in self.tasks.notes:
                             telemetry.warn(note)
                     end = settings.steps
                     if stop_after is not None:
                         end = min(end, done + stop_after)
-                    if done == 0 and self.held_out.due(0):
+                    if done == 0 and self.tasks.held_out.due(0):
                         evals.append(await self._evaluate(0, telemetry))
                     for step in range(done + 1, end + 1):
                         metrics = await self._step(step)
@@ -246,8 +222,10 @@ class Trainer:
                         if main:
                             telemetry.log(step, metrics)
                             self.signal_watch.check(metrics, telemetry.warn)
-                        self._advance_curriculum(step, metrics, telemetry if main else None)
-                        if self.held_out.due(step):
+                        promoted = self.tasks.record(step, metrics)
+                        if promoted and main:
+                            telemetry.note(promoted)
+                        if self.tasks.held_out.due(step):
                             evals.append(await self._evaluate(step, telemetry))
                         if step == end or (settings.save_every and step % settings.save_every == 0):
                             self._save(step)  # after the eval: a resumed run repeats neither
@@ -257,7 +235,7 @@ class Trainer:
 
     async def _evaluate(self, steps_done: int, telemetry) -> dict[str, float]:
         """The held-out eval after ``steps_done`` steps; logged, and returned with "updates"."""
-        metrics, trajectories = await self.held_out.run(
+        metrics, trajectories = await self.tasks.held_out.run(
             steps_done, engine=self.engine, train=self.train, progress=self.progress
         )
         await self._release_rollout_memory()
@@ -278,9 +256,7 @@ class Trainer:
         )
 
         timer = StepTimer()
-        picked = self.stream.take(self.settings.tasks_per_step)
-        share = len(picked) // self.train.world_size
-        mine = picked[self.train.rank * share : (self.train.rank + 1) * share]
+        mine = self.tasks.take(self.train.rank, self.train.world_size)
         with timer.section("rollout"):
             trajectories = await self._rollout(step, mine)  # this rank's contiguous share
         metrics = rollout_metrics(trajectories)
@@ -296,21 +272,9 @@ class Trainer:
             await self._sync_weights()
         metrics.update(timer.metrics(total_tokens(trajectories) * self.train.world_size))
         metrics.update(gpu_memory_metrics())  # CUDA runs: the step's peak allocated memory
-        metrics.update(self.stream.metrics())  # data/position (and curriculum/level)
+        metrics.update(self.tasks.metrics())  # data/position (and curriculum/level)
         metrics.update(self.engine.envs.metrics())  # env pool gauges and counters
         return distributed.combine_metrics(metrics)
-
-    def _advance_curriculum(self, step: int, metrics: dict[str, float], telemetry) -> None:
-        """Feed the step's mean training reward (the same on every rank) to the task stream;
-        a promotion prints a line (``curriculum/level`` logs the level of every step)."""
-        if "reward/mean" not in metrics:
-            return
-        level = self.stream.record(metrics["reward/mean"])
-        if level is not None and telemetry is not None:
-            telemetry.note(
-                f"curriculum: after step {step} the training reward reached "
-                f"{self.settings.curriculum.promote_at:g}; moving up to level {level}"
-            )
 
     async def _rollout(self, step: int, picked) -> list[Trajectory]:
         tasks = [task for _, task in picked]
@@ -380,8 +344,8 @@ class Trainer:
             step,
             backend=self.train,
             tokenizer=self.chat.tokenizer,
-            data_position=self.stream.position,
-            extra={**extra, "task_stream": self.stream.state_dict()},
+            data_position=self.tasks.position,
+            extra={**extra, "task_stream": self.tasks.state_dict()},
             only_model=self.settings.save_only_model,
         )
 
@@ -393,9 +357,7 @@ class Trainer:
                 "start without --resume or pass the run folder of an earlier run"
             )
         extra = state.get("extra", {})
-        self.stream.load_state_dict(
-            extra.get("task_stream") or {"position": int(state["data_position"])}
-        )
+        self.tasks.load_state_dict(extra.get("task_stream"), state["data_position"])
         update = self.update
         if update.value_head is not None and "value_head" in extra:
             update.value_head.load_state_dict(extra["value_head"])
