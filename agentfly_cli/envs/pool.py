@@ -36,10 +36,12 @@ from agentfly_cli.envs.pool_errors import (  # noqa: F401 (the pool's errors, im
     EnvStartError,
     LeaseExpired,
     PoolClosed,
+    raise_as,
+    reset_failure,
+    start_failure,
 )
 from agentfly_cli.envs.providers.base import EnvHandle, EnvProvider
 from agentfly_cli.envs.timeouts import checked_seconds
-from agentfly_cli.errors import UserError
 from agentfly_cli.settings.envs import PoolLimits
 
 log = logging.getLogger(__name__)
@@ -369,18 +371,7 @@ class EnvPool:
                 self._slot_freed()
             else:
                 self._destroy(handle)
-            if isinstance(exc, TimeoutError):
-                raise EnvStartError(
-                    f"env '{self.name}' did not start within {self.settings.start_timeout:g} s; "
-                    "raise envs.<name>.start_timeout or check the env"
-                ) from None
-            if isinstance(exc, UserError):
-                raise EnvConfigError(f"env '{self.name}' cannot start: {exc}") from exc
-            if isinstance(exc, Exception):
-                raise EnvStartError(
-                    f"env '{self.name}' failed to start: {type(exc).__name__}: {exc}"
-                ) from exc
-            raise
+            raise_as(start_failure(self.name, self.settings.start_timeout, exc), exc)
         self._starting -= 1
         self._stats.started += 1
         if self._closed:
@@ -397,15 +388,7 @@ class EnvPool:
             self._stats.failed += 1
             self._destroy(handle)
             self._replenish()
-            if isinstance(exc, TimeoutError):
-                raise EnvStartError(
-                    f"env '{self.name}' did not reset within {self.settings.reset_timeout:g} s"
-                ) from None
-            if isinstance(exc, Exception):
-                raise EnvStartError(
-                    f"env '{self.name}' failed to reset for its task: {type(exc).__name__}: {exc}"
-                ) from exc
-            raise
+            raise_as(reset_failure(self.name, self.settings.reset_timeout, exc), exc)
         self._preparing.discard(handle)
 
     def _reclaim(self, handle: EnvHandle) -> None:
