@@ -227,7 +227,10 @@ def test_update_weights_waits_for_the_running_batch(backend, prompts):
 
     async def go():
         running = [asyncio.ensure_future(backend.generate(prompts[1], GREEDY)) for _ in range(3)]
-        await asyncio.sleep(0.005)
+        deadline = asyncio.get_running_loop().time() + 30
+        while len(backend._active) < 3:  # running, not queued: queued requests get new weights
+            assert asyncio.get_running_loop().time() < deadline, "the batch never admitted them"
+            await asyncio.sleep(0.001)
         await backend.update_weights(changed)
         after = await backend.generate(prompts[1], GREEDY)
         return [g.token_ids for g in await asyncio.gather(*running)], after.token_ids
