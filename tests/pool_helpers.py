@@ -33,6 +33,8 @@ class Tracker:
         self.alive = 0
         self.peak = 0
         self.start_delay = 0.0
+        self.starting = 0  # env starts in progress, and the most at once
+        self.peak_starting = 0
         self.hang_start = False
         self.fail_start: set[int] = set()  # instance numbers whose start raises
         self.fail_task_reset = False
@@ -71,8 +73,13 @@ class TrackedEnv(BaseEnv):
     async def start(self) -> None:
         self.calls.append("start")
         tracker = self.tracker
-        if tracker.start_delay:
-            await asyncio.sleep(tracker.start_delay)
+        tracker.starting += 1
+        tracker.peak_starting = max(tracker.peak_starting, tracker.starting)
+        try:
+            if tracker.start_delay:
+                await asyncio.sleep(tracker.start_delay)
+        finally:
+            tracker.starting -= 1
         if tracker.hang_start:
             await asyncio.sleep(3600)
         if self.number in tracker.fail_start:
