@@ -189,8 +189,10 @@ def generate(mate1: int, mate2: int, seed: int = SEED) -> list[dict]:
                 rows.append(row)
                 quota[mate_in] -= 1
     asyncio.run(solve(rows))
-    order = ["id", "fen", "side", "mate_in", "solution", "solution_san", "solution_listed"]
-    order.append("winning_moves")
+    order = [
+        "id", "fen", "side", "mate_in", "solution", "solution_san", "solution_listed",
+        "winning_moves",
+    ]  # fmt: skip
     return [
         {key: row[key] for key in [*order, *(k for k in row if k not in order)]} for row in rows
     ]
