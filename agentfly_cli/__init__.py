@@ -11,8 +11,9 @@ See docs/python.md.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from agentfly_cli.lazy_exports import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -83,13 +84,7 @@ if TYPE_CHECKING:
     from agentfly_cli.tools import Tool, ToolDefinitionError, ToolResult, tool
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'agentfly_cli' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(globals(), _EXPORTS)
 
 
 def __dir__() -> list[str]:

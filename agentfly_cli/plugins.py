@@ -9,6 +9,7 @@ loads only those distributions; an empty value loads none.
 from __future__ import annotations
 
 import difflib
+import importlib
 import importlib.metadata
 import os
 import re
@@ -30,8 +31,6 @@ from agentfly_cli.registry import (
     RecipeRef,
     RegisteredEstimator,
 )
-from agentfly_cli.rewards import Reward
-from agentfly_cli.tools import Tool
 
 ENTRY_POINT_GROUP = "agentfly"
 BUILTIN_DISTRIBUTION = "agentfly-cli"
@@ -86,14 +85,37 @@ class PluginInfo:
 
 
 class PluginHost:
-    """The loaded plugins, their registered components, and the pluggy manager behind them."""
+    """The loaded plugins, their registered components, and the pluggy manager behind them.
+
+    The ``register_*`` hooks run on first use of :attr:`components` or :attr:`plugins`, not at
+    load: building the CLI (which only needs the plugins' commands) stays cheap, so
+    ``agentfly --help`` imports no tool, env or reward module.
+    """
 
     def __init__(self, manager: pluggy.PluginManager) -> None:
         self.manager = manager
-        self.plugins: list[PluginInfo] = []
-        self.components = Components()
         self.missing_requested: list[str] = []
+        self._plugins: list[PluginInfo] = []
+        self._components: Components | None = None
+        self._registering = threading.Lock()
         self._commands_added: set[int] = set()
+
+    @property
+    def components(self) -> Components:
+        """Every registered component, by kind (the plugins' register hooks run on first use)."""
+        if self._components is None:
+            with self._registering:
+                if self._components is None:
+                    components = Components()
+                    _run_register_hooks(self, components)
+                    self._components = components
+        return self._components
+
+    @property
+    def plugins(self) -> list[PluginInfo]:
+        """Each plugin and how its loading and its register hooks went."""
+        self.components  # noqa: B018 - a register hook's error belongs to its plugin's info
+        return self._plugins
 
     def plugin(self, name: str) -> PluginInfo:
         return next(p for p in self.plugins if p.name == name)
@@ -113,7 +135,7 @@ class PluginHost:
         self._commands_added.add(id(app))
         owners = {name: "agentfly" for name in _command_names(app)}
         for implementation in self.manager.hook.register_commands.get_hookimpls():
-            info = self.plugin(implementation.plugin_name)
+            info = next(p for p in self._plugins if p.name == implementation.plugin_name)
             commands, groups = len(app.registered_commands), len(app.registered_groups)
             try:
                 _call_hook(implementation, app=app)
@@ -212,8 +234,7 @@ def load_plugins(
     for entry_point in sorted(candidates, key=order):
         info = _register_entry_point(manager, entry_point)
         if info is not None:
-            host.plugins.append(info)
-    _run_register_hooks(host)
+            host._plugins.append(info)
     return host
 
 
@@ -270,10 +291,11 @@ def _pending_message(exc: pluggy.PluginValidationError) -> str:
     return f"unknown hook '{name}'; {hint}"
 
 
-def _run_register_hooks(host: PluginHost) -> None:
+def _run_register_hooks(host: PluginHost, components: Components) -> None:
+    """Call every plugin's ``register_*`` hooks; a hook's error is recorded on its plugin."""
     for hook_name in HOOK_KINDS:
         for implementation in getattr(host.manager.hook, hook_name).get_hookimpls():
-            info = host.plugin(implementation.plugin_name)
+            info = next(p for p in host._plugins if p.name == implementation.plugin_name)
             staged: list[Entry] = []
             factory = _REGISTER_FACTORIES[hook_name]
             register = factory(staged, info.provenance, implementation.plugin)
@@ -285,17 +307,21 @@ def _run_register_hooks(host: PluginHost) -> None:
             conflicts = []
             for entry in staged:
                 try:
-                    host.components.of(entry.kind).add(entry)
+                    components.of(entry.kind).add(entry)
                 except ComponentConflictError as exc:
                     conflicts.append(str(exc))
             if conflicts:
                 info.hook_errors[hook_name] = "; ".join(conflicts)
 
 
-def _callable_register(kind: str, component_class: type) -> Callable[..., Callable[..., None]]:
-    """The ``register(obj, name=None)`` of tools or rewards: a plain function gets wrapped."""
+def _callable_register(kind: str, class_path: str) -> Callable[..., Callable[..., None]]:
+    """The ``register(obj, name=None)`` of tools or rewards: a plain function gets wrapped.
+    ``class_path`` ("module:Class") is imported when a plugin first registers one."""
 
     def factory(staged: list[Entry], provenance: Provenance, _: Any) -> Callable[..., None]:
+        module, class_name = class_path.split(":")
+        component_class = getattr(importlib.import_module(module), class_name)
+
         def register(obj: Any, name: str | None = None) -> None:
             if not isinstance(obj, component_class):
                 component = component_class(obj, name=name)
@@ -380,8 +406,8 @@ def _algorithm_register(staged: list[Entry], provenance: Provenance, _: Any) -> 
 
 
 _REGISTER_FACTORIES = {
-    "register_tools": _callable_register("tools", Tool),
-    "register_rewards": _callable_register("rewards", Reward),
+    "register_tools": _callable_register("tools", "agentfly_cli.tools:Tool"),
+    "register_rewards": _callable_register("rewards", "agentfly_cli.rewards:Reward"),
     "register_envs": _env_register,
     "register_recipes": _recipe_register,
     "register_backends": _backend_register("backends"),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 import typer
 from typer.testing import CliRunner
@@ -189,6 +191,38 @@ def register_commands(app):
     host.add_commands(app)  # idempotent per app
     result = CliRunner().invoke(app, ["hello", "--name", "plugins"])
     assert result.exit_code == 0 and result.stdout == "hello plugins\n"
+
+
+def test_register_hooks_run_once_on_first_use_not_at_load(make_plugin):
+    """Building the CLI needs only the commands: the register hooks wait for `components`."""
+    dist = make_plugin(
+        HEADER
+        + """
+CALLS = []
+
+@hookimpl
+def register_tools(register):
+    CALLS.append(1)
+    register(lambda: 'ok', name='counted')
+
+@hookimpl
+def register_commands(app):
+    @app.command("hello")
+    def hello():
+        '''Say hello.'''
+"""
+    )
+    host = load(dist)
+    module = host.manager.get_plugin(host._plugins[0].name)
+    app = typer.Typer()
+    host.add_commands(app)
+    assert [c.name for c in app.registered_commands] == ["hello"]
+    assert module.CALLS == []
+    with ThreadPoolExecutor(8) as pool:
+        registries = list(pool.map(lambda _: host.components.tools, range(8)))
+    assert module.CALLS == [1]
+    assert all(registry is registries[0] for registry in registries)
+    assert registries[0].get("counted").name == "counted"
 
 
 def test_import_error_is_recorded_and_isolated(make_plugin):

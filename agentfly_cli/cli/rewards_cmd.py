@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import typer
@@ -18,8 +17,6 @@ from agentfly_cli.cli.output import (
     table,
 )
 from agentfly_cli.errors import RewardError, UserError
-from agentfly_cli.loading import resolve_reward
-from agentfly_cli.rewards import RewardResult
 from agentfly_cli.safe_text import printable
 
 app = typer.Typer(help="List and try rewards.", no_args_is_help=True)
@@ -80,6 +77,11 @@ def call_reward(
         raise UserError(f"--options is not valid JSON ({exc.msg} at position {exc.pos})") from None
     if not isinstance(settings, dict):
         raise UserError('--options must be a JSON object like \'{"base_url": "..."}\'')
+    import asyncio
+
+    from agentfly_cli.loading import resolve_reward
+    from agentfly_cli.rewards import RewardResult
+
     component = resolve_reward(name).with_options(settings)
     try:
         row = json.loads(fields)

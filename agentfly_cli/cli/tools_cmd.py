@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.json import JSON
@@ -25,9 +24,10 @@ from agentfly_cli.cli.output import (
     table,
 )
 from agentfly_cli.errors import UserError
-from agentfly_cli.loading import resolve_tool, resolve_tools
 from agentfly_cli.safe_text import printable
-from agentfly_cli.tools import Tool, ToolErrorKind, ToolResult
+
+if TYPE_CHECKING:  # the tool machinery loads when a command runs, not for `agentfly --help`
+    from agentfly_cli.tools import Tool, ToolResult
 
 app = typer.Typer(help="List, inspect and call tools.", no_args_is_help=True)
 
@@ -85,6 +85,8 @@ def show_tool(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Show a tool's OpenAI function-calling schema (every tool of an MCP server)."""
+    from agentfly_cli.loading import resolve_tools
+
     components = resolve_tools(name)
     if as_json:
         from agentfly_cli.mcp_bridge import is_mcp_spec, parse_target
@@ -121,6 +123,11 @@ def call_tool(
 
     Exit code 1 when the tool returns an error; 2 for bad input (including invalid arguments).
     """
+    import asyncio
+
+    from agentfly_cli.loading import resolve_tool
+    from agentfly_cli.tools import ToolErrorKind
+
     component = resolve_tool(name)
     arguments = _json_object(args, "--args")
     task_row = _json_object(task, "--task")

@@ -1,13 +1,34 @@
-"""LLM backends: token ids in, sampled token ids and logprobs out."""
+"""LLM backends: token ids in, sampled token ids and logprobs out.
 
-from agentfly_cli.rollout.backends.base import (
-    Backend,
-    BackendUnavailableError,
-    Generation,
-    RequestContext,
-    SamplingParams,
-)
-from agentfly_cli.settings.rollout import BackendSettings
+The names below import on first use, so that loading the built-in backends' plugin module
+(``agentfly_cli.rollout.backends.builtin``) stays cheap.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from agentfly_cli.lazy_exports import lazy_exports
+
+_BASE = "agentfly_cli.rollout.backends.base"
+_EXPORTS = {
+    "Backend": _BASE,
+    "BackendUnavailableError": _BASE,
+    "Generation": _BASE,
+    "RequestContext": _BASE,
+    "SamplingParams": _BASE,
+    "BackendSettings": "agentfly_cli.settings.rollout",
+}
+
+if TYPE_CHECKING:
+    from agentfly_cli.rollout.backends.base import (
+        Backend,
+        BackendUnavailableError,
+        Generation,
+        RequestContext,
+        SamplingParams,
+    )
+    from agentfly_cli.settings.rollout import BackendSettings
 
 __all__ = [
     "Backend",
@@ -17,3 +38,4 @@ __all__ = [
     "RequestContext",
     "SamplingParams",
 ]
+__getattr__ = lazy_exports(globals(), _EXPORTS)

@@ -1,12 +1,25 @@
-"""Train backends: the policy model, its optimizer and LR schedule (torch or DeepSpeed)."""
+"""Train backends: the policy model, its optimizer and LR schedule (torch or DeepSpeed).
+
+The names below import on first use, so that loading the built-in train backends' plugin
+module (``agentfly_cli.train.backends.builtin``) stays cheap.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from agentfly_cli.settings.train_backend import LoraSettings, TrainBackendSettings
-from agentfly_cli.train.backends.base import TrainBackend, check_schedule
+from agentfly_cli.lazy_exports import lazy_exports
+
+if TYPE_CHECKING:
+    from agentfly_cli.settings.train_backend import LoraSettings, TrainBackendSettings
+    from agentfly_cli.train.backends.base import TrainBackend
+
+_EXPORTS = {
+    "LoraSettings": "agentfly_cli.settings.train_backend",
+    "TrainBackendSettings": "agentfly_cli.settings.train_backend",
+    "TrainBackend": "agentfly_cli.train.backends.base",
+}
 
 
 def build_train_backend(
@@ -14,6 +27,8 @@ def build_train_backend(
 ) -> TrainBackend:
     """Load the model folder into the train backend registered as ``config.name`` (from
     ``host``, default: the installed plugins); an unknown name is a one-line error."""
+    from agentfly_cli.train.backends.base import check_schedule
+
     check_schedule(config)
     if host is None:
         from agentfly_cli.plugins import get_plugin_host
@@ -23,3 +38,4 @@ def build_train_backend(
 
 
 __all__ = ["LoraSettings", "TrainBackend", "TrainBackendSettings", "build_train_backend"]
+__getattr__ = lazy_exports(globals(), _EXPORTS)
