@@ -40,6 +40,7 @@ from agentfly_cli.envs.pool_errors import (  # noqa: F401 (the pool's errors, im
     reset_failure,
     start_failure,
 )
+from agentfly_cli.envs.pool_warmth import WarmKeeper
 from agentfly_cli.envs.providers.base import EnvHandle, EnvProvider
 from agentfly_cli.envs.timeouts import checked_seconds
 from agentfly_cli.settings.envs import PoolLimits
@@ -92,11 +93,9 @@ class EnvPool:
         self._in_use: set[EnvHandle] = set()
         self._returning: set[EnvHandle] = set()
         self._starting = 0
-        self._rewarm = False  # a warm replacement found the pool full: start it when room frees
         self._closing: set[asyncio.Task] = set()
-        self._background: set[asyncio.Task] = set()
         self._handoff = Handoff(self._unclaimed)  # acquirers waiting for room, FIFO
-        self._reaper: asyncio.Task | None = None
+        self._warmth = WarmKeeper(self)
         self._closed = False
         self._leases = LeaseClock(spec.name, self.settings.lease_timeout, self._reclaim)
 
@@ -115,28 +114,7 @@ class EnvPool:
         Raises :class:`EnvStartError` when envs were asked for and none started.
         """
         self._check_open()
-        if self._reaper is None and self.settings.idle_ttl is not None:
-            self._reaper = asyncio.create_task(self._reap_forever(), name=f"reap-{self.name}")
-        wanted = self.settings.warm_size - self._occupied()
-        if wanted <= 0:
-            return 0
-        results = await asyncio.gather(
-            *(self._start_warm() for _ in range(wanted)), return_exceptions=True
-        )
-        started = 0
-        for result in results:
-            if result is None or isinstance(result, BaseException):
-                continue
-            started += 1
-            self._put_back(result)
-        errors = [r for r in results if isinstance(r, BaseException)]
-        if errors and not started:
-            raise errors[0]
-        if errors:
-            log.warning(
-                "env '%s': %d of %d warm envs failed: %s", self.name, len(errors), wanted, errors[0]
-            )
-        return started
+        return await self._warmth.fill()
 
     async def close(self) -> None:
         """Close every env (idle, in use, starting in the background); wake waiters.
@@ -148,9 +126,7 @@ class EnvPool:
             self._leases.stop()
             # everything the pool holds is handed to a closing task before the first await, so
             # that a cancelled close leaves nothing behind
-            for task in (self._reaper, *self._background):
-                if task is not None:
-                    task.cancel()
+            self._warmth.stop()
             untaken = self._handoff.fail_all(self._closed_error)
             while self._idle:
                 handle, _ = self._idle.popleft()
@@ -161,10 +137,7 @@ class EnvPool:
                 self._in_use.discard(handle)
                 self._stats.abandoned += 1
                 self._destroy(handle)
-        await asyncio.gather(
-            *(t for t in (self._reaper, *self._background) if t is not None),
-            return_exceptions=True,
-        )
+        await asyncio.gather(*self._warmth.tasks, return_exceptions=True)
         # starting, preparing and returning envs are closed by their owners (within their
         # timeouts); promised slots are given up by their waiters as soon as these run
         while (
@@ -246,7 +219,7 @@ class EnvPool:
         if broken:
             self._stats.killed += 1
             self._destroy(handle)
-            self._replenish()
+            self._warmth.replenish()
             return
         self._returning.add(handle)
         healthy, cancelled = False, False
@@ -268,7 +241,7 @@ class EnvPool:
             else:
                 self._stats.killed += 1
             self._destroy(handle)
-            self._replenish()
+            self._warmth.replenish()
         if cancelled:
             raise asyncio.CancelledError
 
@@ -332,9 +305,8 @@ class EnvPool:
         """One env fewer: its slot goes to the first waiter, or to a warm replacement."""
         if self._closed:
             return
-        if not self._handoff.offer(None) and self._rewarm:
-            self._rewarm = False
-            self._replenish()
+        if not self._handoff.offer(None):
+            self._warmth.slot_freed()
 
     def _put_back(self, handle: EnvHandle) -> None:
         """A clean env: to the first waiter, or idle."""
@@ -342,12 +314,6 @@ class EnvPool:
             self._destroy(handle)
         elif not self._handoff.offer(handle):
             self._idle.append((handle, time.monotonic()))
-
-    async def _start_warm(self) -> EnvHandle | None:
-        """A warm env; None when acquires filled the pool before this task ran."""
-        if self._occupied() >= self.settings.pool_max:
-            return None
-        return await self._start_one()
 
     async def _start_one(self, *, granted: bool = False) -> EnvHandle:
         """Start an env in a free slot (``granted``: the slot promised to this waiter).
@@ -387,7 +353,7 @@ class EnvPool:
             self._preparing.discard(handle)
             self._stats.failed += 1
             self._destroy(handle)
-            self._replenish()
+            self._warmth.replenish()
             raise_as(reset_failure(self.name, self.settings.reset_timeout, exc), exc)
         self._preparing.discard(handle)
 
@@ -397,7 +363,7 @@ class EnvPool:
             self._in_use.discard(handle)
             self._stats.expired += 1
             self._destroy(handle)
-            self._replenish()
+            self._warmth.replenish()
 
     def _destroy(self, handle: EnvHandle) -> None:
         """Close ``handle`` in the background (killed if closing fails or takes too long)."""
@@ -417,53 +383,6 @@ class EnvPool:
         self._stats.closed += 1
         self._slot_freed()
 
-    def _warm_missing(self) -> int:
-        """How many envs short of ``warm_size`` the pool is, not counting those closing."""
-        return self.settings.warm_size - (self._occupied() - len(self._closing))
-
-    def _replenish(self) -> None:
-        """Start envs in the background to keep ``warm_size`` of them alive."""
-        if self._closed:
-            return
-        for _ in range(max(0, self._warm_missing())):
-            task = asyncio.get_running_loop().create_task(self._warm_one())
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
-
-    async def _warm_one(self) -> None:
-        # checked when the task runs, in the step that takes the slot: others may have filled
-        # the pool since it was made, and a dying env still holds its slot until it is closed
-        if self._closed or self._warm_missing() <= 0:
-            return
-        if self._occupied() >= self.settings.pool_max:
-            self._rewarm = True  # the next freed slot that no waiter takes starts it
-            return
-        try:
-            handle = await self._start_one()
-        except EnvPoolError as exc:
-            if not self._closed:
-                log.warning("%s", exc)
-            return
-        self._put_back(handle)
-
-    async def _reap_forever(self) -> None:
-        ttl = self.settings.idle_ttl
-        assert ttl is not None
-        interval = min(max(ttl / 4, 0.05), 30.0)
-        while True:
-            await asyncio.sleep(interval)
-            self.reap(ttl)
-
     def reap(self, ttl: float) -> int:
         """Close envs idle longer than ``ttl`` seconds, keeping ``warm_size`` alive."""
-        now = time.monotonic()
-        reaped = 0
-        while self._idle and self._occupied() - len(self._closing) > self.settings.warm_size:
-            handle, since = self._idle[0]
-            if now - since < ttl:
-                break
-            self._idle.popleft()
-            self._stats.reaped += 1
-            self._destroy(handle)
-            reaped += 1
-        return reaped
+        return self._warmth.reap(ttl)
