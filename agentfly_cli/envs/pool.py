@@ -22,7 +22,6 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import asdict, dataclass
 from typing import Any
 
 from agentfly_cli.deadlines import within
@@ -40,37 +39,13 @@ from agentfly_cli.envs.pool_errors import (  # noqa: F401 (the pool's errors, im
     reset_failure,
     start_failure,
 )
+from agentfly_cli.envs.pool_stats import PoolStats
 from agentfly_cli.envs.pool_warmth import WarmKeeper
 from agentfly_cli.envs.providers.base import EnvHandle, EnvProvider
 from agentfly_cli.envs.timeouts import checked_seconds
 from agentfly_cli.settings.envs import PoolLimits
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class PoolStats:
-    """Counters and gauges of one pool. After :meth:`EnvPool.close`, ``created == closed``."""
-
-    in_use: int = 0
-    idle: int = 0
-    waiting: int = 0
-    starting: int = 0
-    created: int = 0  # start attempts
-    started: int = 0  # successful starts
-    failed: int = 0  # failed starts (errors and start timeouts) and failed task resets
-    closed: int = 0  # envs torn down, whatever the reason
-    acquired: int = 0
-    released: int = 0  # returned healthy and reused
-    restarts: int = 0  # returned unhealthy (or failing their reset): closed and replaced
-    killed: int = 0  # their trajectory was cancelled or crashed
-    reaped: int = 0  # idle longer than idle_ttl
-    abandoned: int = 0  # still in use when the pool closed
-    timeouts: int = 0  # acquires that gave up waiting
-    expired: int = 0  # held past lease_timeout: taken back, killed and replaced
-
-    def as_dict(self) -> dict[str, int]:
-        return asdict(self)
 
 
 class EnvPool:
@@ -259,6 +234,10 @@ class EnvPool:
         """Envs that exist now in any state (starting, idle, in use, returning, closing), and
         slots promised to woken waiters: what the cap counts."""
         return self._occupied()
+
+    def closing(self) -> int:
+        """Envs being closed now: they keep their slots until they are gone."""
+        return len(self._closing)
 
     # -- internals -------------------------------------------------------------------------
     def _check_open(self) -> None:

@@ -10,23 +10,47 @@ waits for the next freed slot that no acquirer takes (:meth:`WarmKeeper.slot_fre
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from agentfly_cli.envs.pool_errors import EnvPoolError
-
-if TYPE_CHECKING:
-    from agentfly_cli.envs.pool import EnvPool
-    from agentfly_cli.envs.providers.base import EnvHandle
+from agentfly_cli.envs.pool_stats import PoolStats
+from agentfly_cli.envs.providers.base import EnvHandle
+from agentfly_cli.settings.envs import PoolLimits
 
 log = logging.getLogger("agentfly_cli.envs.pool")
+
+
+class WarmPool(Protocol):
+    """What the keeper uses of its :class:`~agentfly_cli.envs.pool.EnvPool`."""
+
+    settings: PoolLimits
+    _idle: collections.deque[tuple[EnvHandle, float]]  # (env, idle since), oldest first
+    _stats: PoolStats
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    def live(self) -> int: ...
+
+    def closing(self) -> int: ...
+
+    async def _start_one(self) -> EnvHandle: ...
+
+    def _put_back(self, handle: EnvHandle) -> None: ...
+
+    def _destroy(self, handle: EnvHandle) -> None: ...
 
 
 class WarmKeeper:
     """Keeps one pool's ``warm_size`` envs alive and reaps the idle ones beyond them."""
 
-    def __init__(self, pool: EnvPool) -> None:
+    def __init__(self, pool: WarmPool) -> None:
         self.pool = pool
         self.tasks: set[asyncio.Task] = set()  # replacements starting, and the reaper
         self._rewarm = False  # a replacement found the pool full: start it when room frees
@@ -68,7 +92,7 @@ class WarmKeeper:
     def missing(self) -> int:
         """How many envs short of ``warm_size`` the pool is, not counting those closing."""
         pool = self.pool
-        return pool.settings.warm_size - (pool.live() - len(pool._closing))
+        return pool.settings.warm_size - (pool.live() - pool.closing())
 
     def replenish(self) -> None:
         """Start envs in the background to keep ``warm_size`` of them alive."""
@@ -90,7 +114,7 @@ class WarmKeeper:
         pool = self.pool
         now = time.monotonic()
         reaped = 0
-        while pool._idle and pool.live() - len(pool._closing) > pool.settings.warm_size:
+        while pool._idle and pool.live() - pool.closing() > pool.settings.warm_size:
             handle, since = pool._idle[0]
             if now - since < ttl:
                 break

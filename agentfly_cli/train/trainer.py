@@ -23,9 +23,10 @@ from agentfly_cli.train import distributed
 from agentfly_cli.train.checkpoint import CheckpointManager
 from agentfly_cli.train.logprobs import auto_chunk_size, logprob_temperature, split_model
 from agentfly_cli.train.signal_watch import FlatRewardWatch
+from agentfly_cli.train.step_batch import StepBatch
 from agentfly_cli.train.step_progress import StepProgress
 from agentfly_cli.train.task_plan import TaskPlan
-from agentfly_cli.train.update import PolicyUpdate, StepBatch
+from agentfly_cli.train.update import PolicyUpdate
 from agentfly_cli.train.weight_sync import SharedModel, can_share_model, choose_weight_sync
 
 

@@ -10,56 +10,20 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from agentfly_cli.errors import UserError
 from agentfly_cli.rollout.trajectory import Trajectory
 from agentfly_cli.settings.run import RunSettings
 from agentfly_cli.train import algorithms as alg
 from agentfly_cli.train import distributed
-from agentfly_cli.train.batch import (
-    MicroBatch,
-    TrainRow,
-    plan_micro_batches,
-    scatter_rows,
-    token_matrix,
-    trained_mask,
-)
+from agentfly_cli.train.batch import MicroBatch, plan_micro_batches, scatter_rows
 from agentfly_cli.train.heap import trim_heap
 from agentfly_cli.train.logprobs import SequenceBatch, sequence_logprobs
+from agentfly_cli.train.step_batch import StepBatch, trainable
 from agentfly_cli.train.step_progress import StepProgress
-
-
-@dataclass
-class StepBatch:
-    """One step's trajectories as training tensors."""
-
-    rows: list[TrainRow]
-    mask: torch.Tensor  # [B, L] trained tokens
-    rewards: torch.Tensor  # [B]
-    sampler_logprobs: torch.Tensor  # [B, L] (0 where the backend gave none)
-    has_sampler_logprobs: bool
-    old_logprobs: torch.Tensor | None = None
-    ref_logprobs: torch.Tensor | None = None
-    old_values: torch.Tensor | None = None
-    advantages: torch.Tensor | None = None
-    returns: torch.Tensor | None = None
-
-
-class ValueHead(torch.nn.Module):
-    """A scalar value per position on top of the policy's last hidden state (PPO/GAE)."""
-
-    def __init__(self, hidden_size: int) -> None:
-        super().__init__()
-        self.proj = torch.nn.Linear(hidden_size, 1)
-        torch.nn.init.zeros_(self.proj.weight)
-        torch.nn.init.zeros_(self.proj.bias)
-
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.proj(hidden.float()).squeeze(-1)
+from agentfly_cli.train.value_head import ValueHead
 
 
 class Tally:
@@ -120,38 +84,14 @@ class PolicyUpdate:
             )
 
     def prepare(self, trajectories: list[Trajectory], metrics: dict[str, float]):
-        usable = []
-        for t in trajectories:
-            if not t.token_exact or sum(t.loss_mask) == 0:
-                continue
-            if t.reward is None:
-                raise UserError(
-                    "trajectories have no reward: set `reward:` in the recipe (e.g. exact_match)"
-                )
-            usable.append(t)
-        metrics["train/dropped_unusable"] = float(len(trajectories) - len(usable))
-        if self.algo.dynamic_sampling and usable:
-            rewards = [t.reward for t in usable]
-            keep = alg.zero_variance_groups(rewards, [t.group_id for t in usable])
-            metrics["train/dropped_zero_variance"] = float(len(usable) - sum(keep))
-            usable = [t for t, k in zip(usable, keep, strict=True) if k]
-        metrics["train/trajectories"] = float(len(usable))
+        """The step's batch with its old/reference logprobs and advantages (None: nothing to
+        train on; with several ranks, this rank still joins the others' passes)."""
+        usable = trainable(trajectories, self.algo, metrics)
         if not usable:
             if distributed.active():
                 self._reference_pass(None)  # the other ranks' passes need this one's
             return None
-        rows = [TrainRow(t.ids, t.loss_mask, t.group_id) for t in usable]
-        sampler = [[lp for lp, m in zip(t.logprobs, t.loss_mask, strict=True) if m] for t in usable]
-        has_sampler = all(lp is not None for row in sampler for lp in row)
-        sampler = [[0.0 if lp is None else lp for lp in row] for row in sampler]
-        mask = trained_mask(rows)
-        batch = StepBatch(
-            rows,
-            mask,
-            torch.tensor([float(t.reward) for t in usable]),
-            token_matrix(rows, sampler),
-            has_sampler,
-        )
+        batch = StepBatch.of(usable)
         self._reference_pass(batch)
         self._advantages(batch)
         return batch
@@ -322,8 +262,9 @@ class PolicyUpdate:
                 progress.advance(tokens=real)
             grad_norm = self.train.step()
             tally.add("grad_norm", grad_norm)
-            if self.value_optimizer is not None:
-                self._value_step(grad_norm)
+            if self.value_head is not None:
+                max_norm = settings.backend.max_grad_norm
+                self.value_head.step(self.value_optimizer, grad_norm, max_norm)
             optimizer_steps += 1
         progress.end()
         out = tally.means(
@@ -334,16 +275,6 @@ class PolicyUpdate:
         if batch is not None:
             out["train/trained_tokens"] = float(batch.mask.sum().item())
         return out
-
-    def _value_step(self, policy_grad_norm: float) -> None:
-        """The value head's update, skipped with the policy's when gradients are not finite."""
-        distributed.average_gradients(self.value_head.parameters())
-        if math.isfinite(policy_grad_norm):
-            max_norm = self.settings.backend.max_grad_norm
-            if max_norm is not None:
-                torch.nn.utils.clip_grad_norm_(self.value_head.parameters(), max_norm)
-            self.value_optimizer.step()
-        self.value_optimizer.zero_grad(set_to_none=True)
 
     def _micro_loss(
         self, batch: StepBatch, plan: MicroBatch, num_tokens: float, num_seqs: float, tally: Tally
