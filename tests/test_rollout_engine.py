@@ -676,3 +676,43 @@ def test_parsing_a_long_turn_does_not_block_the_event_loop(chat):
     trajectory, worst_gap = asyncio.run(main())
     assert trajectory.finish_reason == "answer"
     assert worst_gap < 0.75, f"the event loop stalled for {worst_gap:.2f}s while parsing"
+
+
+def test_chains_in_flight_never_outnumber_the_env_pool(chat, caplog):
+    """A chain holds its env to its end: with more chains in flight than envs, the extra ones
+    would wait past acquire_timeout and fail. The engine runs at most pool_max chains."""
+    from agentfly_cli.envs.base import BaseEnv, EnvSpec
+    from agentfly_cli.envs.manager import ResourceManager
+    from agentfly_cli.settings.envs import EnvPoolSettings
+
+    holding = {"now": 0, "peak": 0}
+
+    class Bench(BaseEnv):
+        pass
+
+    @tool(env="bench")
+    async def hold(env) -> str:
+        """Use the env for a while."""
+        holding["now"] += 1
+        holding["peak"] = max(holding["peak"], holding["now"])
+        await asyncio.sleep(0.3)
+        holding["now"] -= 1
+        return "held"
+
+    spec = EnvSpec(name="bench", factory=Bench, pool_max=2, warm_size=0)
+    envs = ResourceManager({"bench": spec}, {"bench": EnvPoolSettings(acquire_timeout=0.2)})
+    script = [[call("hold"), call("answer", answer="1")] for _ in range(6)]
+    engine = RolloutEngine(
+        ScriptedBackend(script, chat),
+        chat,
+        get_parser("hermes"),
+        [hold, answer],
+        None,
+        RolloutSettings(n=1, max_turns=3, concurrency=6),
+        env_manager=envs,
+    )
+    assert engine.chain_limit == 2
+    assert "envs.bench.pool_max" in caplog.text
+    trajectories = run(engine, [{"question": str(i)} for i in range(6)])
+    assert [[c.status for c in t.tool_calls] for t in trajectories] == [["ok", "ok"]] * 6
+    assert holding["peak"] == 2

@@ -56,6 +56,10 @@ class ResourceManager:
                 raise UserError(f"envs.{name}: {exc}; lower warm_size or raise pool_max") from None
             check_options(spec, self.configs[name].options)
 
+    def pool_max(self, name: str) -> int:
+        """The most envs of ``name`` this run may hold at once (its pool's cap)."""
+        return self.configs[name].pool_limits(self.specs[name]).pool_max
+
     @property
     def started(self) -> bool:
         return self._started

@@ -14,6 +14,7 @@ import enum
 import gc
 import hashlib
 import json
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
@@ -32,6 +33,8 @@ from agentfly_cli.rollout.turn_plan import TurnPlan, parse_turn, plan_turn
 from agentfly_cli.settings.rollout import RolloutSettings
 from agentfly_cli.surrogates import replace_surrogates
 from agentfly_cli.tools import Tool, ToolErrorKind, ToolResult
+
+log = logging.getLogger(__name__)
 
 
 class ChainState(enum.Enum):
@@ -117,6 +120,7 @@ class RolloutEngine:
         missing = sorted({t.env for t in tools if t.env and t.env not in self.env_specs})
         if missing:
             raise ValueError(f"tools need envs that were not given: {', '.join(missing)}")
+        self.chain_limit = chain_limit(self.settings.concurrency, tools, self.envs)
         self._eot_ids = frozenset(chat.eot_token_ids)
         extra_stops = [i for i in chat.stop_token_ids(self.settings.stop) if i not in self._eot_ids]
         self._stop_ids = (*chat.eot_token_ids, *extra_stops)
@@ -147,12 +151,12 @@ class RolloutEngine:
         n: int | None = None,
     ) -> list[Trajectory]:
         """Roll out ``n`` chains (default ``rollout.n``) for every task, all concurrently under
-        the concurrency bound.
+        the concurrency bound (:attr:`chain_limit`).
 
         Returns trajectories ordered by task, then by sample. ``on_finish`` is called with each
         trajectory as soon as it is scored.
         """
-        limit = asyncio.Semaphore(self.settings.concurrency)
+        limit = asyncio.Semaphore(self.chain_limit)
         n = self.settings.n if n is None else n
 
         async def one(task_index: int, sample_index: int) -> Trajectory:
@@ -405,6 +409,28 @@ class RolloutEngine:
         if result.failed:
             extras["error"] = result.error
         trajectory.reward_extras = extras
+
+
+def chain_limit(concurrency: int, tools: Sequence[Tool], envs: ResourceManager) -> int:
+    """Chains in flight at once: ``concurrency``, but no more than the smallest pool of an env
+    the tools use. A chain keeps its env until it ends, so chains beyond the pool's cap would
+    queue for one and, past ``acquire_timeout``, fail; a warning says so and how to run more."""
+    caps = {name: envs.pool_max(name) for name in sorted({t.env for t in tools if t.env})}
+    if not caps:
+        return concurrency
+    name = min(caps, key=caps.get)
+    if caps[name] >= concurrency:
+        return concurrency
+    log.warning(
+        "rollout.concurrency is %d, but a chain holds its '%s' env until it ends and the pool "
+        "has at most %d: %d chains run at once (raise envs.%s.pool_max to run more)",
+        concurrency,
+        name,
+        caps[name],
+        caps[name],
+        name,
+    )
+    return caps[name]
 
 
 def _openai_call(call: ToolCall) -> dict[str, Any]:

@@ -38,7 +38,9 @@ class RolloutSettings(BaseModel):
             raise ValueError('an empty stop string would end every turn at once; use e.g. "\\n"')
         return stops
 
-    concurrency: int = Field(64, ge=1, description="chains in flight at once")
+    concurrency: int = Field(
+        64, ge=1, description="chains in flight at once (at most the pool_max of an env in use)"
+    )
     temperature: float = Field(1.0, ge=0, description="sampling temperature; 0: greedy")
     top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling; 1: off")
     top_k: int = Field(0, ge=0, description="0 = off")
