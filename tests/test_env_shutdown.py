@@ -15,7 +15,10 @@ from agentfly_cli.envs.state import pid_alive
 
 SCRIPT = textwrap.dedent(
     """
-    import asyncio, sys
+    import asyncio, signal, sys
+    # as in a terminal: a test run started in the background (`make test &`) hands its children
+    # an ignored SIGINT, and then Ctrl-C would reach nothing
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from agentfly_cli.envs.manager import ResourceManager
     from agentfly_cli.settings.envs import EnvPoolSettings
     from agentfly_cli.shutdown import run_with_clean_shutdown
