@@ -132,14 +132,28 @@ needs_smollm2 = pytest.mark.skipif(
 )
 
 
-def check_packaged_solutions_score(recipe: str, script: list[dict], tmp_path: Path) -> None:
-    """Every packaged solution, played by the scripted backend under the recipe's own settings
-    and model (SmolLM2's tokenizer), fits its token budgets and gets the full reward."""
+#: how many packaged solutions a data check plays: the first rows in `make test`, every row
+#: under `pytest -m slow` (CI runs both)
+SOLUTION_ROWS = [
+    pytest.param(24, id="first-24"),
+    pytest.param(None, id="every", marks=pytest.mark.slow),
+]
+
+
+def check_packaged_solutions_score(
+    recipe: str, script: list[dict], tmp_path: Path, limit: int | None = None
+) -> None:
+    """The packaged solutions (the first ``limit``, or all), played by the scripted backend
+    under the recipe's own settings and model (SmolLM2's tokenizer), fit its token budgets and
+    get the full reward."""
     out = tmp_path / "solutions.jsonl"
+    rows = ("--limit", str(limit)) if limit else ()
+    script = script[:limit] if limit else script
     result = agentfly(
         "rollout", recipe, "--backend", "scripted", "--n", "1", "--out", out, "--quiet",
         "--script", write_jsonl(tmp_path / "script.jsonl", script),
         "--set", "data.split=all",  # the held-out tasks' solutions too
+        *rows,
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     trajectories = read_trajectories(out)

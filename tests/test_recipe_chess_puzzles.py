@@ -14,6 +14,7 @@ import pytest
 
 from agentfly_cli.errors import UserError
 from tests.recipe_checks import (
+    SOLUTION_ROWS,
     agentfly,
     budget,
     check_packaged_solutions_score,
@@ -525,6 +526,7 @@ def test_all_three_tools_through_json_tool_calls(tiny_model, tmp_path):
 
 @needs_stockfish
 @needs_smollm2
-def test_every_packaged_solution_line_scores_under_the_recipe_settings(tmp_path):
+@pytest.mark.parametrize("limit", SOLUTION_ROWS)
+def test_every_packaged_solution_line_scores_under_the_recipe_settings(tmp_path, limit):
     script = [{"responses": [f"MOVE: {m}" for m in r["solution"][::2]]} for r in ROWS]
-    check_packaged_solutions_score("chess_puzzles", script, tmp_path)
+    check_packaged_solutions_score("chess_puzzles", script, tmp_path, limit)

@@ -17,6 +17,7 @@ import pytest
 from agentfly_cli.config import load_config
 from agentfly_cli.errors import UserError
 from tests.recipe_checks import (
+    SOLUTION_ROWS,
     budget,
     check_packaged_solutions_score,
     check_short_training_run,
@@ -360,9 +361,10 @@ def test_bm25s_is_used_without_numba_which_breaks_vllm_in_the_same_process(tmp_p
 
 
 @needs_smollm2
-def test_every_packaged_hop_path_scores_under_the_recipe_settings(tmp_path):
+@pytest.mark.parametrize("limit", SOLUTION_ROWS)
+def test_every_packaged_hop_path_scores_under_the_recipe_settings(tmp_path, limit):
     script = [
         {"responses": [f"SEARCH: {h['query']}" for h in r["hops"]] + [f"ANSWER: {r['answer']}"]}
         for r in ROWS
     ]
-    check_packaged_solutions_score("search_qa", script, tmp_path)
+    check_packaged_solutions_score("search_qa", script, tmp_path, limit)

@@ -13,6 +13,7 @@ import pytest
 
 from agentfly_cli.errors import UserError
 from tests.recipe_checks import (
+    SOLUTION_ROWS,
     TINY_TURN,
     budget,
     check_packaged_solutions_score,
@@ -396,6 +397,7 @@ def test_all_four_tools_through_json_tool_calls(tiny_model, tmp_path):
 
 
 @needs_smollm2
-def test_every_packaged_walkthrough_scores_under_the_recipe_settings(tmp_path):
+@pytest.mark.parametrize("limit", SOLUTION_ROWS)
+def test_every_packaged_walkthrough_scores_under_the_recipe_settings(tmp_path, limit):
     script = [{"responses": [f"ACTION: {c}" for c in r["walkthrough"]]} for r in ROWS]
-    check_packaged_solutions_score("textworld", script, tmp_path)
+    check_packaged_solutions_score("textworld", script, tmp_path, limit)
