@@ -716,3 +716,33 @@ def test_chains_in_flight_never_outnumber_the_env_pool(chat, caplog):
     trajectories = run(engine, [{"question": str(i)} for i in range(6)])
     assert [[c.status for c in t.tool_calls] for t in trajectories] == [["ok", "ok"]] * 6
     assert holding["peak"] == 2
+
+
+def test_a_pool_servers_envs_do_not_lower_the_chain_bound(chat):
+    """A pool server's cap is the server's (`agentfly env up --set pool_max=...`), not the
+    spec's default: chains in flight stay at rollout.concurrency."""
+    from agentfly_cli.envs.base import BaseEnv, EnvSpec
+    from agentfly_cli.envs.manager import ResourceManager
+    from agentfly_cli.settings.envs import EnvPoolSettings
+
+    @tool(env="served")
+    async def poke(env) -> str:
+        """Touch the env."""
+        return "ok"
+
+    spec = EnvSpec(name="served", factory=BaseEnv, pool_max=2, warm_size=0)
+    local = ResourceManager({"served": spec})
+    remote = ResourceManager({"served": spec}, {"served": EnvPoolSettings(address="served")})
+    limits = [
+        RolloutEngine(
+            ScriptedBackend([], chat),
+            chat,
+            get_parser("hermes"),
+            [poke],
+            None,
+            RolloutSettings(concurrency=6),
+            env_manager=envs,
+        ).chain_limit
+        for envs in (local, remote)
+    ]
+    assert limits == [2, 6]

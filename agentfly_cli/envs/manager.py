@@ -56,8 +56,11 @@ class ResourceManager:
                 raise UserError(f"envs.{name}: {exc}; lower warm_size or raise pool_max") from None
             check_options(spec, self.configs[name].options)
 
-    def pool_max(self, name: str) -> int:
-        """The most envs of ``name`` this run may hold at once (its pool's cap)."""
+    def pool_max(self, name: str) -> int | None:
+        """The most envs of ``name`` this run may hold at once (its pool's cap); None for a
+        pool server's envs, whose cap is the server's."""
+        if self.configs[name].address:
+            return None
         return self.configs[name].pool_limits(self.specs[name]).pool_max
 
     @property

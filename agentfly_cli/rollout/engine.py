@@ -416,6 +416,7 @@ def chain_limit(concurrency: int, tools: Sequence[Tool], envs: ResourceManager) 
     the tools use. A chain keeps its env until it ends, so chains beyond the pool's cap would
     queue for one and, past ``acquire_timeout``, fail; a warning says so and how to run more."""
     caps = {name: envs.pool_max(name) for name in sorted({t.env for t in tools if t.env})}
+    caps = {name: cap for name, cap in caps.items() if cap is not None}
     if not caps:
         return concurrency
     name = min(caps, key=caps.get)
