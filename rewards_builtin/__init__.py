@@ -6,6 +6,7 @@ The reward modules are imported when the hook runs, so loading the plugin stays 
 from agentfly_cli.hookspecs import hookimpl
 from agentfly_cli.lazy_exports import lazy_exports
 
+#: each reward and its module, in registration order
 _EXPORTS = {
     "exact_match": "rewards_builtin.text",
     "math_equal": "rewards_builtin.text",
@@ -22,15 +23,5 @@ __getattr__ = lazy_exports(globals(), _EXPORTS)
 
 @hookimpl
 def register_rewards(register):
-    from rewards_builtin.chess_puzzles import chess_solved
-    from rewards_builtin.judge import llm_judge
-    from rewards_builtin.scienceworld import scienceworld_score
-    from rewards_builtin.text import exact_match, math_equal, qa_em, qa_f1
-    from rewards_builtin.textworld import textworld_score
-
-    for component in (exact_match, math_equal, qa_em, qa_f1):
-        register(component)
-    register(scienceworld_score)
-    register(textworld_score)
-    register(chess_solved)
-    register(llm_judge)
+    for name in _EXPORTS:
+        register(__getattr__(name))

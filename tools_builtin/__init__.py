@@ -7,9 +7,10 @@ stays cheap.
 from agentfly_cli.hookspecs import hookimpl
 from agentfly_cli.lazy_exports import lazy_exports
 
+#: each tool and its module, in registration order
 _EXPORTS = {
-    "answer": "tools_builtin.answer",
     "calculator": "tools_builtin.calculator",
+    "answer": "tools_builtin.answer",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__ = lazy_exports(globals(), _EXPORTS)
@@ -17,8 +18,5 @@ __getattr__ = lazy_exports(globals(), _EXPORTS)
 
 @hookimpl
 def register_tools(register):
-    from tools_builtin.answer import answer
-    from tools_builtin.calculator import calculator
-
-    register(calculator)
-    register(answer)
+    for name in _EXPORTS:
+        register(__getattr__(name))
