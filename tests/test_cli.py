@@ -6,6 +6,7 @@ import json
 import re
 
 import pytest
+import typer
 from typer.testing import CliRunner
 
 from agentfly_cli import __version__
@@ -28,6 +29,34 @@ def test_help_lists_the_command_groups():
     assert result.exit_code == 0
     for command in ("plugins", "tools", "rewards", "env", "recipes"):
         assert command in result.stdout
+
+
+def test_root_help_lists_every_visible_command_with_its_summary_and_hides_the_rest():
+    """The root page is drawn by cli/root_help.py (not Typer's): it must miss nothing."""
+    app = build_app()
+
+    @app.command("hello-plugin")
+    def hello() -> None:
+        """Say hello, as a plugin's command would.
+
+        This second paragraph stays off the root page.
+        """
+
+    result = runner.invoke(app, ["--help"], env={"TERMINAL_WIDTH": "200"})
+    assert result.exit_code == 0, result.output
+    page = result.stdout
+    assert "Usage: agentfly [OPTIONS] COMMAND [ARGS]..." in page
+    assert "Train LM agents with reinforcement learning" in page
+    rows = dict(re.findall(r"^│ (\S+) +(.*?) *│$", page, flags=re.MULTILINE))
+    assert rows["--version"] == "Show the version and exit."
+    assert rows["hello-plugin"] == "Say hello, as a plugin's command would."
+    assert "second paragraph" not in page
+    assert rows["train"].startswith("Train a model with RL on a recipe")
+    group = typer.main.get_command(app)
+    visible = {name for name, cmd in group.commands.items() if not cmd.hidden}
+    assert {"tools", "env", "train", "eval"} <= visible
+    assert visible | {"--version", "--help"} == set(rows)
+    assert "envs" not in rows and "--local_rank" not in page  # hidden ones stay hidden
 
 
 def test_tools_list_json_attributes_builtins():

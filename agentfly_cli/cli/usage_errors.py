@@ -31,7 +31,8 @@ def one_line_usage_errors() -> Iterator[None]:
 
 
 class OneLineErrorsGroup(TyperGroup):
-    """The ``agentfly`` root group: usage errors of any subcommand become one line."""
+    """The ``agentfly`` root group: usage errors of any subcommand become one line, and its
+    help page is drawn light."""
 
     def make_context(self, info_name: str | None, args: list[str], parent=None, **extra: Any):
         with one_line_usage_errors():
@@ -40,3 +41,9 @@ class OneLineErrorsGroup(TyperGroup):
     def invoke(self, ctx) -> Any:
         with one_line_usage_errors():
             return super().invoke(ctx)
+
+    def format_help(self, ctx, formatter) -> None:
+        """The root page, drawn without Typer's heavier Rich help module (see root_help)."""
+        from agentfly_cli.cli.root_help import print_root_help
+
+        print_root_help(self, ctx)
