@@ -218,8 +218,12 @@ def run_recipe(
     redo: bool,
     eval_every: int = EVAL_EVERY,
     save: Any = lambda: None,
+    extend: bool = False,
 ) -> None:
-    """Run what is missing of ``recipe``'s row (updated in place; ``save()`` after a phase)."""
+    """Run what is missing of ``recipe``'s row (updated in place; ``save()`` after a phase).
+
+    ``extend``: a finished training run continues from its newest checkpoint to the steps
+    its command asks for now (a recipe whose ``trainer.steps`` grew)."""
     run = runs / recipe
     if redo:
         shutil.rmtree(run, ignore_errors=True)
@@ -244,10 +248,14 @@ def run_recipe(
         }
         save()
     train = phases.setdefault("train", {"attempts": []})
-    if train.get("done"):
-        return
     folder = run / "train"
     resume = any((folder / "checkpoints").glob("step-*"))
+    if train.get("done") and extend:
+        if not resume:
+            raise SystemExit(f"[{recipe}] --extend: no checkpoint in {folder / 'checkpoints'}")
+        train["done"] = False
+    if train.get("done"):
+        return
     if folder.exists() and not resume:  # stopped before its first checkpoint: start over,
         for part in folder.iterdir():  # keeping a finished warm start
             if part.name != "warm_start":
@@ -414,6 +422,11 @@ def main(argv: list[str] | None = None) -> int:
         "--eval-every", type=int, default=EVAL_EVERY, help="held-out eval every N RL steps"
     )
     parser.add_argument("--redo", action="store_true", help="run the recipes' phases again")
+    parser.add_argument(
+        "--extend",
+        action="store_true",
+        help="continue finished training runs from their last checkpoint to the recipe's steps",
+    )
     parser.add_argument("--table-only", action="store_true", help="rebuild the outputs only")
     parser.add_argument("--model", help="another starting model for every phase (tests: tiny)")
     parser.add_argument("--set", action="append", default=[], dest="sets", help="KEY=VALUE")
@@ -449,6 +462,7 @@ def main(argv: list[str] | None = None) -> int:
                     args.redo,
                     args.eval_every,
                     save=lambda: write_outputs(table, out),
+                    extend=args.extend,
                 )
             finally:
                 write_outputs(table, out)  # what finished is kept, even when a phase failed

@@ -109,6 +109,14 @@ def test_a_tiny_row_runs_resumes_and_writes_json_markdown_and_png(table, tiny_mo
     rebuilt = json.loads((out / "learning_table.json").read_text())["recipes"]["calculator"]
     assert rebuilt["phases"]["base"] == base
     assert [p["mean"] for p in rebuilt["phases"]["train"]["curve"]] == pytest.approx(logged)
+    # --extend: the recipe now asks for more steps; the finished run continues from step 2
+    assert table.main([*args, "--set", "trainer.steps=3", "--extend"]) == 0
+    longer = json.loads((out / "learning_table.json").read_text())["recipes"]["calculator"]
+    train = longer["phases"]["train"]
+    assert [p["step"] for p in train["curve"]] == [0, 1, 2, 3]
+    assert len(train["attempts"]) == 2 and "--resume" in train["attempts"][1]["command"]
+    log = (runs / "calculator" / "log.txt").read_text()
+    assert longer["phases"]["base"] == base and log.count("agentfly_cli eval calculator") == 1
 
 
 def test_an_unknown_recipe_is_refused(table, tmp_path, capsys):
