@@ -37,7 +37,7 @@ def test_root_help_lists_every_visible_command_with_its_summary_and_hides_the_re
 
     @app.command("hello-plugin")
     def hello() -> None:
-        """Say hello, as a plugin's command would.
+        """Say hello [plugin], as a plugin's command would.
 
         This second paragraph stays off the root page.
         """
@@ -49,7 +49,7 @@ def test_root_help_lists_every_visible_command_with_its_summary_and_hides_the_re
     assert "Train LM agents with reinforcement learning" in page
     rows = dict(re.findall(r"^│ (\S+) +(.*?) *│$", page, flags=re.MULTILINE))
     assert rows["--version"] == "Show the version and exit."
-    assert rows["hello-plugin"] == "Say hello, as a plugin's command would."
+    assert rows["hello-plugin"] == "Say hello [plugin], as a plugin's command would."
     assert "second paragraph" not in page
     assert rows["train"].startswith("Train a model with RL on a recipe")
     group = typer.main.get_command(app)

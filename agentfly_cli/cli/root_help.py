@@ -1,11 +1,10 @@
 """The page ``agentfly --help`` prints, drawn with a few light Rich parts.
 
-Commands and parameters are read by duck typing: Typer vendors its own click.
-
 Typer's Rich help module imports Markdown, Pygments and Rich's tracebacks, about a quarter of
 the time `agentfly --help` takes. The root page is the one people open most, so it is drawn
 here, with Typer's look (usage, an Options panel, a Commands panel); subcommands keep Typer's
-own help.
+own help. Help texts are printed as they are written (no Rich markup: a plugin's ``[x]``
+stays); commands and parameters are read by duck typing, since Typer vendors its own click.
 """
 
 from __future__ import annotations
@@ -65,7 +64,7 @@ def print_root_help(group: Any, ctx: Any) -> None:
     usage = " ".join(group.collect_usage_pieces(ctx))
     console.print(Padding(Text.assemble(("Usage: ", "yellow"), f"{ctx.command_path} {usage}"), 1))
     if group.help:
-        console.print(Padding(inspect.cleandoc(group.help), (0, 1, 1, 1)))
+        console.print(Padding(Text(inspect.cleandoc(group.help)), (0, 1, 1, 1)))
 
     def panel(title: str, rows: list[tuple[str, ...]], styles: tuple[str, ...]) -> None:
         if not rows:
@@ -75,7 +74,7 @@ def print_root_help(group: Any, ctx: Any) -> None:
             table.add_column(style=style, no_wrap=True)
         table.add_column(ratio=1)
         for row in rows:
-            table.add_row(*row)
+            table.add_row(*(Text(cell) for cell in row))
         console.print(
             Panel(table, title=title, title_align="left", border_style="dim", box=box.ROUNDED)
         )
