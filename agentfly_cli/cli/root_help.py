@@ -21,7 +21,7 @@ def first_paragraph(command: Any) -> str:
     """A command's one-line summary: its short help, else the first paragraph of its help."""
     text = command.short_help or command.help or ""
     summary = _PARAGRAPH_BREAK.split(text.strip(), maxsplit=1)[0]
-    summary = " ".join(line for line in summary.split() if line != "\b")
+    summary = " ".join(word for word in summary.split() if word != "\b")  # click's no-rewrap mark
     return f"(deprecated) {summary}" if command.deprecated else summary
 
 
