@@ -24,6 +24,14 @@ def trajectory_file(config: Any, command: str) -> Path:
     return check_file_target(out, "--out")
 
 
+def step_trajectory_file(run_dir: Path, stem: str, rank: int = 0, world_size: int = 1) -> Path:
+    """``RUN_DIR/trajectories/<stem>.jsonl`` (one file per rank when there are several), its
+    folder created."""
+    folder = Path(run_dir) / "trajectories"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder / (f"{stem}.jsonl" if world_size == 1 else f"{stem}-rank{rank}.jsonl")
+
+
 def training_folder(config: Any, out: str | Path | None, *, resume: bool) -> Path:
     """``out``, else ``trainer.out``, else ``runs/<recipe>-<time>``; checked, with the resume
     guard: continuing needs a named folder, and a folder with checkpoints needs ``resume``."""

@@ -34,9 +34,11 @@ from agentfly_cli.train.losses import (
     batch_counts,
     entropy_from_logits,
     gspo_loss,
+    importance_ratio_stats,
     kl_estimate,
     kl_token_rewards,
     ppo_loss,
+    tis_mask,
     tis_weights,
     value_loss,
 )
@@ -314,6 +316,21 @@ def test_tis_weights_are_truncated_detached_and_masked():
     weights = tis_weights(old, sampler, tensor([[1, 1, 1, 0]]), cap=2.0)
     close(weights, [[1.5, 2.0, 0.25, 0.0]])
     assert not weights.requires_grad
+
+
+def test_masked_importance_sampling_drops_tokens_outside_the_bounds_and_keeps_the_rest_whole():
+    # ratios 1.5 (kept), 3.0 (above 2), 0.25 (below 1/2), 0.6 (kept), and one off the mask
+    old = torch.tensor([[LN(1.5), LN(3.0), LN(0.25), LN(0.6), 0.0]], requires_grad=True)
+    sampler = torch.tensor([[0.0, 0.0, 0.0, 0.0, -math.inf]])
+    mask = tensor([[1, 1, 1, 1, 0]])
+    weights = tis_mask(old, sampler, mask, cap=2.0)
+    close(weights, [[1.0, 0.0, 0.0, 1.0, 0.0]])
+    assert not weights.requires_grad
+    stats = importance_ratio_stats(old, sampler, mask, cap=2.0)
+    assert stats["ratio_max"] == pytest.approx(3.0) and stats["ratio_min"] == pytest.approx(0.25)
+    assert stats["ratio_mean"] == pytest.approx((1.5 + 3.0 + 0.25 + 0.6) / 4)
+    assert stats["outside_frac"] == pytest.approx(0.5)
+    assert importance_ratio_stats(old, sampler, tensor([[0, 0, 0, 0, 0]]), cap=2.0) == {}
 
 
 # --- aggregation ----------------------------------------------------------------------------

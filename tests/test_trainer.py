@@ -140,6 +140,9 @@ def one_line_error(result) -> str:
         ("trainer.algorithm.loss_agg=mean", "'token-mean', 'seq-mean-token-mean'"),
         ("trainer.algorithm.clip_ratio_c=0.5", "clip_ratio_c must be > 1"),
         ("trainer.algorithm.advantage=grpoo", "unknown advantage estimator 'grpoo'"),
+        ("trainer.mode=asynch", "trainer.mode: Input should be 'sync' or 'async'"),
+        ("trainer.max_staleness=-1", "trainer.max_staleness: Input should be greater than"),
+        ("trainer.timeouts.weight_sync_s=0", "trainer.timeouts.weight_sync_s: Input should be"),
     ],
 )
 def test_config_errors_are_one_line_with_exit_2(tiny_model, override, expected):
@@ -237,6 +240,16 @@ def test_resume_without_a_checkpoint_is_a_clear_error(recipe, tmp_path):
             "trainer.backend.sync=adapter",
             "trainer.backend.lr=0.01",
         ],
+        # async, one update of staleness, adapters pushed while rollouts run, masked IS
+        [
+            "trainer.mode=async",
+            "trainer.max_staleness=1",
+            "trainer.backend.lora={r: 4, alpha: 8}",
+            "trainer.backend.sync=adapter",
+            "trainer.backend.lr=0.01",
+            "trainer.algorithm.tis_cap=2.0",
+            "trainer.algorithm.tis_mode=mask",
+        ],
     ],
     ids=[
         "gae-kl-loss",
@@ -244,6 +257,7 @@ def test_resume_without_a_checkpoint_is_a_clear_error(recipe, tmp_path):
         "reinforcepp-checkpointing",
         "lora-merge",
         "lora-adapter",
+        "async-lora-adapter-masked-tis",
     ],
 )
 def test_algorithm_and_backend_combinations_train(recipe, tmp_path, sets):
@@ -261,6 +275,9 @@ def test_algorithm_and_backend_combinations_train(recipe, tmp_path, sets):
         assert not trainer.shared_model
         kind = "adapter_updates" if config.trainer.backend.sync == "adapter" else "weight_updates"
         assert trainer.engine.backend.stats[kind] == 2
+    if config.trainer.algorithm.tis_cap is not None:
+        assert 0 < last["tis/ratio_min"] <= last["tis/ratio_mean"] <= last["tis/ratio_max"]
+        assert 0 <= last["tis/outside_frac"] <= 1 and 0 < last["tis/weight_mean"] <= 2.0
     assert (run_dir / "checkpoints" / "step-000002" / "model" / "config.json").is_file()
 
 

@@ -125,6 +125,7 @@ class RolloutEngine:
         extra_stops = [i for i in chat.stop_token_ids(self.settings.stop) if i not in self._eot_ids]
         self._stop_ids = (*chat.eot_token_ids, *extra_stops)
         self._live: dict[int, _Chain] = {}  # chains running now, for live_states()
+        self._slots: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
         self.sampled_tokens = 0  # tokens sampled so far by all chains (for progress displays)
         self._invoke_options: dict[str, Any] = {}
         if self.settings.tool_timeout is not None:
@@ -151,12 +152,13 @@ class RolloutEngine:
         n: int | None = None,
     ) -> list[Trajectory]:
         """Roll out ``n`` chains (default ``rollout.n``) for every task, all concurrently under
-        the concurrency bound (:attr:`chain_limit`).
+        the concurrency bound (:attr:`chain_limit`, shared by the runs of one event loop: an
+        async trainer's overlapping runs never hold more envs than the pools have).
 
         Returns trajectories ordered by task, then by sample. ``on_finish`` is called with each
         trajectory as soon as it is scored.
         """
-        limit = asyncio.Semaphore(self.chain_limit)
+        limit = self._chain_slots()
         n = self.settings.n if n is None else n
 
         async def one(task_index: int, sample_index: int) -> Trajectory:
@@ -175,6 +177,14 @@ class RolloutEngine:
         async with self.envs.running():
             with _fewer_gc_passes(self.settings.gc_threshold):
                 return await _all_or_nothing(jobs)
+
+    def _chain_slots(self) -> asyncio.Semaphore:
+        """The event loop's semaphore of :attr:`chain_limit` slots (one per loop: a semaphore
+        cannot cross event loops)."""
+        loop = asyncio.get_running_loop()
+        if self._slots is None or self._slots[0] is not loop:
+            self._slots = (loop, asyncio.Semaphore(self.chain_limit))
+        return self._slots[1]
 
     async def run_chain(
         self,
@@ -272,6 +282,7 @@ class RolloutEngine:
             None if task_id is None else str(task_id),
         )
         started = time.perf_counter()
+        version_before = getattr(self.backend, "policy_version", 0)
         generation = await self.backend.generate(trajectory.ids, params, context)
         trajectory.timings["generate_s"] += time.perf_counter() - started
         ids = list(generation.token_ids)
@@ -283,6 +294,9 @@ class RolloutEngine:
             sampled=True,
             logprobs=generation.logprobs,
             finish_reason=generation.finish_reason,
+            policy_version=(
+                version_before if generation.policy_version is None else generation.policy_version
+            ),
         )
         chain.turn_closed = bool(ids) and ids[-1] in self._eot_ids
         body = ids[:-1] if chain.turn_closed else ids
@@ -324,31 +338,7 @@ class RolloutEngine:
             result.observation = replace_surrogates(result.observation)
         for call, result in zip(plan.calls, results, strict=True):
             result.info["call_id"] = call.id
-            chain.trajectory.tool_calls.append(
-                ToolCallRecord(
-                    turn=turn,
-                    id=call.id,
-                    name=call.name,
-                    arguments=call.arguments,
-                    observation=result.observation,
-                    status=result.status,
-                    error_kind=result.error_kind,
-                    latency_s=float(result.info.get("latency_s", 0.0)),
-                    terminal=result.terminal,
-                )
-            )
-        for error in plan.errors:
-            chain.trajectory.tool_calls.append(
-                ToolCallRecord(
-                    turn=turn,
-                    id="",
-                    name="",
-                    arguments=error.info.get("raw", ""),
-                    observation=error.observation,
-                    status="error",
-                    error_kind=error.error_kind,
-                )
-            )
+        chain.trajectory.tool_calls.extend(_call_records(turn, plan, results))
         everything = results + plan.errors
         chain.errors += sum(1 for r in everything if not r.ok)
         return everything
@@ -409,6 +399,37 @@ class RolloutEngine:
         if result.failed:
             extras["error"] = result.error
         trajectory.reward_extras = extras
+
+
+def _call_records(turn: int, plan: TurnPlan, results: list[ToolResult]) -> list[ToolCallRecord]:
+    """The trajectory's records of a turn's calls, and of the calls that failed to parse."""
+    records = [
+        ToolCallRecord(
+            turn=turn,
+            id=call.id,
+            name=call.name,
+            arguments=call.arguments,
+            observation=result.observation,
+            status=result.status,
+            error_kind=result.error_kind,
+            latency_s=float(result.info.get("latency_s", 0.0)),
+            terminal=result.terminal,
+        )
+        for call, result in zip(plan.calls, results, strict=True)
+    ]
+    for error in plan.errors:
+        records.append(
+            ToolCallRecord(
+                turn=turn,
+                id="",
+                name="",
+                arguments=error.info.get("raw", ""),
+                observation=error.observation,
+                status="error",
+                error_kind=error.error_kind,
+            )
+        )
+    return records
 
 
 def chain_limit(concurrency: int, tools: Sequence[Tool], envs: ResourceManager) -> int:

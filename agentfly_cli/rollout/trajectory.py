@@ -29,6 +29,7 @@ class Turn:
     end: int
     sampled_ids: list[int] | None = None  # assistant turns: the ids exactly as sampled
     finish_reason: str | None = None  # assistant turns: the backend's stop / length / abort
+    policy_version: int | None = None  # assistant turns: the weight version that sampled them
 
 
 @dataclass
@@ -97,6 +98,24 @@ class Trajectory:
             if turn.sampled_ids is not None:
                 out.extend(turn.sampled_ids)
         return out
+
+    def token_versions(self) -> list[int | None]:
+        """Per id, the weight version that sampled it (None: not sampled, or not recorded)."""
+        out: list[int | None] = [None] * len(self.ids)
+        for turn in self.turns:
+            if turn.sampled_ids is not None and turn.policy_version is not None:
+                out[turn.start : turn.end] = [turn.policy_version] * (turn.end - turn.start)
+        return out
+
+    @property
+    def oldest_version(self) -> int | None:
+        """The oldest weight version among its sampled turns (None when none is recorded)."""
+        versions = [
+            t.policy_version
+            for t in self.turns
+            if t.sampled_ids is not None and t.policy_version is not None
+        ]
+        return min(versions) if versions else None
 
     def check(self) -> None:
         """Raise ValueError unless the record is consistent and token-exact."""

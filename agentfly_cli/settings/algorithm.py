@@ -61,7 +61,12 @@ class AlgorithmSettings(BaseModel):
         None,
         gt=0.0,
         description="Truncated importance sampling cap on trainer/sampler probability ratios "
-        "(e.g. 2.0); None is off.",
+        "(e.g. 2.0); None is off (trainer.mode: async with max_staleness > 0: 2.0 unless set).",
+    )
+    tis_mode: Literal["truncate", "mask"] = Field(
+        "truncate",
+        description="truncate: weight each token by min(ratio, tis_cap); mask: weight 1, and drop "
+        "the tokens whose ratio is above tis_cap or below 1 / tis_cap from the loss.",
     )
     dynamic_sampling: bool = Field(
         False, description="DAPO: drop groups whose rewards are all equal."

@@ -158,6 +158,30 @@ class OptimizationSettings(BaseModel):
     telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
 
 
+#: ``algorithm.tis_cap`` of an async run with lookahead that sets none
+ASYNC_TIS_CAP = 2.0
+
+
+class TimeoutSettings(BaseModel):
+    """How long the trainer waits before it names what hung (``trainer.timeouts``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    weight_sync_s: float = Field(
+        600.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="one push of the trained weights to the rollout backend (it waits for the "
+        "requests in flight to finish on the old weights)",
+    )
+    rollout_wait_s: float = Field(
+        3600.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="async mode: the trainer waiting for the producer's next finished task group",
+    )
+
+
 class TrainerSettings(OptimizationSettings):
     """How a training run goes: batch sizes, epochs, checkpoints, algorithm, backend."""
 
@@ -181,6 +205,28 @@ class TrainerSettings(OptimizationSettings):
     eval: EvalSettings = Field(default_factory=EvalSettings)
     warm_start: WarmStartSettings = Field(default_factory=WarmStartSettings)
     curriculum: CurriculumSettings = Field(default_factory=CurriculumSettings)
+    mode: Literal["sync", "async"] = Field(
+        "sync",
+        description="sync: each step rolls out, then trains; async: a producer keeps rolling out "
+        "task groups while the trainer trains on finished ones (docs/async.md)",
+    )
+    max_staleness: int = Field(
+        1,
+        ge=0,
+        description="async: train on a task group only if its oldest sampled token is at most "
+        "this many weight updates old (older groups are dropped and counted); 0 is the sync loop",
+    )
+    timeouts: TimeoutSettings = Field(default_factory=TimeoutSettings)
+
+    @model_validator(mode="after")
+    def _correct_stale_samples(self) -> TrainerSettings:
+        """Async with lookahead trains on samples of older weights: truncated importance
+        sampling (cap 2) corrects for the gap unless ``algorithm.tis_cap`` is set, to null
+        included."""
+        lookahead = self.mode == "async" and self.max_staleness > 0
+        if lookahead and "tis_cap" not in self.algorithm.model_fields_set:
+            self.algorithm.tis_cap = ASYNC_TIS_CAP
+        return self
 
 
 def _sft_backend() -> TrainBackendSettings:

@@ -86,6 +86,37 @@ def tis_weights(
     return torch.where(trained, weights, 0.0)
 
 
+def tis_mask(
+    old_logprobs: torch.Tensor, sampler_logprobs: torch.Tensor, mask: torch.Tensor, cap: float
+) -> torch.Tensor:
+    """Masked importance sampling: 1 where p_trainer / p_sampler lies within [1/cap, cap], 0
+    elsewhere and off the mask (the tokens a stale or mismatched sampler drew far from the
+    trained policy leave the loss instead of being down-weighted)."""
+    trained = mask.bool()
+    log_ratio = torch.where(trained, old_logprobs - sampler_logprobs, 0.0).detach()
+    inside = log_ratio.abs() <= math.log(cap)
+    return (trained & inside).to(old_logprobs.dtype)
+
+
+def importance_ratio_stats(
+    old_logprobs: torch.Tensor, sampler_logprobs: torch.Tensor, mask: torch.Tensor, cap: float
+) -> dict[str, float]:
+    """Trainer / sampler probability ratios over the masked tokens: mean, max, min and the
+    fraction outside [1/cap, cap] (what a stale or mismatched sampler costs)."""
+    trained = mask.bool()
+    if not bool(trained.any()):
+        return {}
+    log_ratio = (old_logprobs - sampler_logprobs).detach()[trained].double()
+    ratio = log_ratio.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO).exp()
+    outside = log_ratio.abs() > math.log(cap)
+    return {
+        "ratio_mean": float(ratio.mean()),
+        "ratio_max": float(ratio.max()),
+        "ratio_min": float(ratio.min()),
+        "outside_frac": float(outside.double().mean()),
+    }
+
+
 def aggregate_loss(
     per_token_loss: torch.Tensor,
     mask: torch.Tensor,

@@ -20,14 +20,16 @@ from agentfly_cli.rollout.trajectory import Trajectory
 from agentfly_cli.settings.run import RunSettings
 from agentfly_cli.train import algorithms as alg
 from agentfly_cli.train import distributed
+from agentfly_cli.train.async_rollouts import skipped_groups_note
 from agentfly_cli.train.checkpoint import CheckpointManager
 from agentfly_cli.train.logprobs import auto_chunk_size, logprob_temperature, split_model
+from agentfly_cli.train.run_checks import check_group_size, check_reward, check_world_size
 from agentfly_cli.train.signal_watch import FlatRewardWatch
 from agentfly_cli.train.step_batch import StepBatch
 from agentfly_cli.train.step_progress import StepProgress
 from agentfly_cli.train.task_plan import TaskPlan
 from agentfly_cli.train.update import PolicyUpdate
-from agentfly_cli.train.weight_sync import SharedModel, can_share_model, choose_weight_sync
+from agentfly_cli.train.weight_sync import SharedModel, build_rollout_backend, choose_weight_sync
 
 
 @dataclass
@@ -89,12 +91,8 @@ class Trainer:
             )
         self.share_prefix = settings.share_prefix
 
-        self._check_group_size()
-        if not self.config.reward and self.components["reward"] is None:
-            raise UserError(
-                "training needs a reward: set `reward:` in the recipe or pass --reward "
-                "(e.g. exact_match); see `agentfly rewards list`"
-            )
+        check_group_size(self.advantage_fn, self.algo, self.config.rollout.n)
+        check_reward(self.config, self.components["reward"])
 
         if self.host is None:
             from agentfly_cli.plugins import get_plugin_host
@@ -105,16 +103,13 @@ class Trainer:
         resolved = resolve_run(self.config, self.host, **self.components)
         self.model_path = resolved.model_path
         self.train = build_train_backend(self.model_path, backend_settings, self.host)
-        self._check_world_size()
-        shared = can_share_model(resolved.backend_config, self.train, backend_settings)
-        if shared:  # the hf backend samples from the policy's own model object
-            from agentfly_cli.rollout.backends.hf import HFBackend
-
-            backend = HFBackend(
-                resolved.backend_config, resolved.chat.tokenizer, model=self.train.unwrapped()
-            )
-        else:
-            backend = resolved.build_backend()
+        check_world_size(settings, self.train.world_size)
+        # async with lookahead: rollouts go on while the update changes the weights, so the
+        # rollout backend needs its own copy of them
+        overlaps = settings.mode == "async" and settings.max_staleness > 0
+        backend, shared = build_rollout_backend(
+            resolved, self.train, backend_settings, overlapping=overlaps
+        )
         self.rollout = assemble(resolved, backend)
         self.engine = self.rollout.engine
         self.sync = choose_weight_sync(self.train, backend, backend_settings, shared=shared)
@@ -129,7 +124,11 @@ class Trainer:
         self.tasks = TaskPlan(self.rollout.tasks, settings, self.config.data)
         if self.train.is_main:
             self.tasks.write_held_out(self.run_dir)
-        self.reference = self._load_reference() if alg.needs_reference(self.algo) else None
+        self.reference = None
+        if alg.needs_reference(self.algo):
+            from agentfly_cli.train.backends.base import load_reference_model
+
+            self.reference = load_reference_model(self.model_path, self.train)
         self.update = PolicyUpdate(
             self.config,
             self.train,
@@ -144,32 +143,9 @@ class Trainer:
         )
         self.checkpoints = CheckpointManager(self.run_dir, keep=settings.keep_checkpoints)
         self.start_step = 0
+        self._resumed_pending: list[dict] = []  # async: a checkpoint's untrained groups
         if self.resume:
             self.start_step = self._restore()
-
-    def _check_group_size(self) -> None:
-        """Group-relative estimators compare the chains of a task: one chain learns nothing."""
-        n = self.config.rollout.n
-        if self.advantage_fn.group_relative and n < 2:
-            raise UserError(
-                f"trainer.algorithm.advantage {self.algo.advantage} compares the chains of a "
-                f"task, but rollout.n is {n}; set rollout.n to 2 or more (e.g. 8)"
-            )
-
-    def _check_world_size(self) -> None:
-        world = self.train.world_size
-        if self.settings.tasks_per_step % world:
-            raise UserError(
-                f"trainer.tasks_per_step ({self.settings.tasks_per_step}) must split evenly "
-                f"over the {world} ranks; make it a multiple of {world}"
-            )
-
-    def _load_reference(self):
-        from agentfly_cli.train.backends.base import load_hf_model
-
-        dtype = next(self.train.unwrapped().parameters()).dtype
-        reference = load_hf_model(self.model_path, dtype)
-        return reference.to(self.train.device).eval().requires_grad_(False)
 
     # ---- the loop ----------------------------------------------------------------------------
     def fit(self, stop_after: int | None = None) -> TrainResult:
@@ -204,35 +180,58 @@ class Trainer:
             else contextlib.nullcontext()
         )
         done = self.start_step  # steps finished before this run (those of the checkpoint)
+        self.async_steps = None
         try:
             async with self.engine.backend, self.engine.envs:
-                if self.start_step:
-                    await self._sync_weights()  # resumed weights reach the rollout backend
+                if self.start_step:  # resumed weights reach the rollout backend
+                    await self._sync_weights(self.start_step)
                 with telemetry:
                     if main:
                         for note in self.tasks.notes:
                             telemetry.warn(note)
+                        if settings.mode == "sync" and self._resumed_pending:
+                            telemetry.warn(skipped_groups_note(len(self._resumed_pending)))
                     end = settings.steps
                     if stop_after is not None:
                         end = min(end, done + stop_after)
                     if done == 0 and self.tasks.held_out.due(0):
                         evals.append(await self._evaluate(0, telemetry))
-                    for step in range(done + 1, end + 1):
-                        metrics = await self._step(step)
-                        history.append(metrics)
-                        if main:
-                            telemetry.log(step, metrics)
-                            self.signal_watch.check(metrics, telemetry.warn)
-                        promoted = self.tasks.record(step, metrics)
-                        if promoted and main:
-                            telemetry.note(promoted)
-                        if self.tasks.held_out.due(step):
-                            evals.append(await self._evaluate(step, telemetry))
-                        if step == end or (settings.save_every and step % settings.save_every == 0):
-                            self._save(step)  # after the eval: a resumed run repeats neither
+                    if settings.mode == "async":
+                        from agentfly_cli.train.async_steps import AsyncSteps
+
+                        self.async_steps = AsyncSteps(self, self._resumed_pending)
+                    try:
+                        for step in range(done + 1, end + 1):
+                            history.append(await self._run_step(step, end, telemetry, evals))
+                    finally:
+                        if self.async_steps is not None:
+                            await self.async_steps.close()
         finally:
             self.train.close()
         return TrainResult(self.run_dir, settings.steps, history, self.train.is_main, evals)
+
+    async def _run_step(self, step: int, end: int, telemetry, evals: list) -> dict[str, float]:
+        """One step, its logging, curriculum record, held-out eval and checkpoint; then, in
+        async mode, the producer learns the new version (after the eval: with max_staleness 0
+        no rollout runs beside it, as in the sync loop)."""
+        main, settings = self.train.is_main, self.settings
+        if self.async_steps is None:
+            metrics = await self._step(step)
+        else:
+            metrics = await self.async_steps.step(step)
+        if main:
+            telemetry.log(step, metrics)
+            self.signal_watch.check(metrics, telemetry.warn)
+        promoted = self.tasks.record(step, metrics)
+        if promoted and main:
+            telemetry.note(promoted)
+        if self.tasks.held_out.due(step):
+            evals.append(await self._evaluate(step, telemetry))
+        if step == end or (settings.save_every and step % settings.save_every == 0):
+            self._save(step)  # after the eval: a resumed run repeats neither
+        if self.async_steps is not None:
+            self.async_steps.producer.set_version(step)
+        return metrics
 
     async def _evaluate(self, steps_done: int, telemetry) -> dict[str, float]:
         """The held-out eval after ``steps_done`` steps; logged, and returned with "updates"."""
@@ -251,9 +250,7 @@ class Trainer:
     async def _step(self, step: int) -> dict[str, float]:
         from agentfly_cli.train.metrics import (
             StepTimer,
-            gpu_memory_metrics,
             rollout_metrics,
-            total_tokens,
         )
 
         timer = StepTimer()
@@ -270,7 +267,12 @@ class Trainer:
             if batch is not None or distributed.active():
                 metrics.update(self._optimize(step, batch))
         with timer.section("sync"):
-            await self._sync_weights()
+            await self._sync_weights(step)
+        return self._step_metrics(metrics, timer, trajectories)
+
+    def _step_metrics(self, metrics: dict[str, float], timer, trajectories) -> dict[str, float]:
+        from agentfly_cli.train.metrics import gpu_memory_metrics, total_tokens
+
         metrics.update(timer.metrics(total_tokens(trajectories) * self.train.world_size))
         metrics.update(gpu_memory_metrics())  # CUDA runs: the step's peak allocated memory
         metrics.update(self.tasks.metrics())  # data/position (and curriculum/level)
@@ -314,13 +316,11 @@ class Trainer:
 
     def _write_trajectories(self, stem: str, trajectories: list[Trajectory]) -> None:
         from agentfly_cli.rollout.trajectory import write_trajectories
+        from agentfly_cli.run_folders import step_trajectory_file
 
-        folder = self.run_dir / "trajectories"
-        folder.mkdir(parents=True, exist_ok=True)
-        name = (
-            f"{stem}.jsonl" if self.train.world_size == 1 else f"{stem}-rank{self.train.rank}.jsonl"
-        )
-        write_trajectories(folder / name, trajectories)
+        train = self.train
+        path = step_trajectory_file(self.run_dir, stem, train.rank, train.world_size)
+        write_trajectories(path, trajectories)
 
     # ---- the update (agentfly_cli.train.update) --------------------------------------------
     def _prepare(self, trajectories: list[Trajectory], metrics: dict[str, float]):
@@ -332,10 +332,14 @@ class Trainer:
         return self.update.optimize(step, batch)
 
     # ---- sync and checkpoints -------------------------------------------------------------
-    async def _sync_weights(self) -> None:
-        await self.sync.push()
+    async def _sync_weights(self, version: int) -> None:
+        """The weights after ``version`` updates reach the rollout backend (within
+        ``trainer.timeouts.weight_sync_s``)."""
+        await self.sync.publish(version, self.settings.timeouts.weight_sync_s)
 
     def _save(self, step: int) -> None:
+        # async: the groups started and not trained on, for a resumed run to roll out again
+        async_state = {} if self.async_steps is None else self.async_steps.checkpoint_state()
         extra = {}
         update = self.update
         if update.value_head is not None:
@@ -346,7 +350,7 @@ class Trainer:
             backend=self.train,
             tokenizer=self.chat.tokenizer,
             data_position=self.tasks.position,
-            extra={**extra, "task_stream": self.tasks.state_dict()},
+            extra={**extra, "task_stream": self.tasks.state_dict(), **async_state},
             only_model=self.settings.save_only_model,
         )
 
@@ -359,6 +363,9 @@ class Trainer:
             )
         extra = state.get("extra", {})
         self.tasks.load_state_dict(extra.get("task_stream"), state["data_position"])
+        # async: the groups started and not trained on are rolled out again (with the resumed
+        # weights); a sync run skips them, with a warning
+        self._resumed_pending = list(extra.get("async_pending", []))
         update = self.update
         if update.value_head is not None and "value_head" in extra:
             update.value_head.load_state_dict(extra["value_head"])

@@ -32,13 +32,23 @@ class Tally:
     def __init__(self) -> None:
         self.sums: dict[str, float] = {}
         self.weights: dict[str, float] = {}
+        self.extremes: dict[str, float] = {}
 
     def add(self, name: str, value: float, weight: float = 1) -> None:
         self.sums[name] = self.sums.get(name, 0.0) + float(value) * weight
         self.weights[name] = self.weights.get(name, 0.0) + weight
 
+    def extreme(self, name: str, value: float, *, high: bool) -> None:
+        """Keep the largest (``high``) or smallest value of ``name`` over the step."""
+        if name not in self.extremes:
+            self.extremes[name] = float(value)
+        else:
+            pick = max if high else min
+            self.extremes[name] = pick(self.extremes[name], float(value))
+
     def means(self, *, per_step: tuple[str, ...], steps: int) -> dict[str, float]:
         out = {name: total / max(self.weights[name], 1e-12) for name, total in self.sums.items()}
+        out.update(self.extremes)
         for name in per_step:  # micro-batch losses add up to the step's loss
             if name in self.sums:
                 out[name] = self.sums[name] / max(steps, 1)
@@ -303,9 +313,20 @@ class PolicyUpdate:
             logprobs, old, rows_of(batch.advantages), mask, algo
         )
         if algo.tis_cap is not None and batch.has_sampler_logprobs:
-            weights = losses.tis_weights(old, rows_of(batch.sampler_logprobs), mask, algo.tis_cap)
+            sampler = rows_of(batch.sampler_logprobs)
+            if algo.tis_mode == "mask":
+                weights = losses.tis_mask(old, sampler, mask, algo.tis_cap)
+            else:
+                weights = losses.tis_weights(old, sampler, mask, algo.tis_cap)
             per_token = per_token * weights
             tally.add("tis/weight_mean", float((weights * mask).sum()) / max(n_tok, 1), n_tok)
+            for name, value in losses.importance_ratio_stats(
+                old, sampler, mask, algo.tis_cap
+            ).items():
+                if name in ("ratio_max", "ratio_min"):
+                    tally.extreme(f"tis/{name}", value, high=name == "ratio_max")
+                else:
+                    tally.add(f"tis/{name}", value, n_tok)
 
         def aggregate(values: torch.Tensor) -> torch.Tensor:
             return losses.aggregate_loss(

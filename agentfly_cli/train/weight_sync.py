@@ -14,9 +14,14 @@ strategy pushes (its ``takes_weights`` / ``takes_adapters`` flags).
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from agentfly_cli.errors import UserError
+
+
+class WeightSyncTimeout(UserError):
+    """A push of the trained weights did not finish within ``trainer.timeouts.weight_sync_s``."""
 
 
 class WeightSync:
@@ -26,6 +31,23 @@ class WeightSync:
 
     def __init__(self, train: Any, backend: Any) -> None:
         self.train, self.backend = train, backend
+
+    async def publish(self, version: int, timeout_s: float | None = None) -> None:
+        """:meth:`push`, then mark the backend's weights as ``version`` (updates seen). The
+        push waits for the requests in flight to finish on the old weights; past ``timeout_s``
+        it is cancelled and one :class:`WeightSyncTimeout` names the backend that hung."""
+        from agentfly_cli.deadlines import within
+
+        try:
+            await within(self.push(), timeout_s)
+        except asyncio.TimeoutError:
+            raise WeightSyncTimeout(
+                f"weight sync ({self.name} push of version {version}) to the "
+                f"{getattr(self.backend, 'name', 'rollout')} backend did not finish within "
+                f"{timeout_s:g} s: the backend hung or its requests in flight never ended; "
+                "check the backend (or raise trainer.timeouts.weight_sync_s)"
+            ) from None
+        self.backend.policy_version = version
 
     async def push(self) -> None:
         raise NotImplementedError
@@ -70,6 +92,20 @@ def can_share_model(backend_config: Any, train: Any, train_settings: Any) -> boo
         and backend_config.device in ("auto", str(train.device))
         and backend_config.dtype in ("auto", train_settings.dtype)
     )
+
+
+def build_rollout_backend(
+    resolved: Any, train: Any, train_settings: Any, *, overlapping: bool
+) -> tuple[Any, bool]:
+    """The rollout backend, and whether it samples from the policy's own model object (hf,
+    when :func:`can_share_model`); never when rollouts run beside the update
+    (``overlapping``: async with lookahead), which would change the weights under them."""
+    if not overlapping and can_share_model(resolved.backend_config, train, train_settings):
+        from agentfly_cli.rollout.backends.hf import HFBackend
+
+        model = train.unwrapped()
+        return HFBackend(resolved.backend_config, resolved.chat.tokenizer, model=model), True
+    return resolved.build_backend(), False
 
 
 def choose_weight_sync(train: Any, backend: Any, train_settings: Any, *, shared: bool):

@@ -74,6 +74,10 @@ class Generation:
     text: str | None = None
     token_exact: bool = True
     info: dict[str, Any] = field(default_factory=dict)
+    #: the weight version that sampled every token (a backend that knows sets it; else the
+    #: engine takes the backend's ``policy_version`` from before the request, the oldest one
+    #: that can have sampled it)
+    policy_version: int | None = None
 
 
 class Backend(abc.ABC):
@@ -87,6 +91,9 @@ class Backend(abc.ABC):
     #: sets its flag.
     takes_weights: bool = False
     takes_adapters: bool = False
+    #: How many weight updates the weights it samples from have seen; the trainer sets it
+    #: after each push (0: the weights it started with, or a backend that never takes any).
+    policy_version: int = 0
 
     @abc.abstractmethod
     async def generate(

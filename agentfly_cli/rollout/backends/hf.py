@@ -275,5 +275,7 @@ class HFBackend(Backend):
             self._active.difference_update(dropped)
             for req, generation in finished:
                 self._active.discard(req)
+                # an update waits for the running batch to drain: one version sampled it all
+                generation.policy_version = self.policy_version
                 if not req.future.done():
                     req.future.set_result(generation)

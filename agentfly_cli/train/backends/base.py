@@ -96,6 +96,14 @@ def make_scheduler(optimizer: Any, config: TrainBackendSettings):
 # ---- the model ------------------------------------------------------------------------------
 
 
+def load_reference_model(model_path: Any, train: Any) -> Any:
+    """The frozen reference policy for the KL terms: ``model_path`` in the policy's dtype, on
+    its device, in eval mode, without gradients."""
+    dtype = next(train.unwrapped().parameters()).dtype
+    reference = load_hf_model(model_path, dtype)
+    return reference.to(train.device).eval().requires_grad_(False)
+
+
 def load_hf_model(model_path: str | Path, dtype: torch.dtype):
     """``AutoModelForCausalLM.from_pretrained`` with a one-line UserError on failure."""
     from transformers import AutoModelForCausalLM

@@ -1,0 +1,158 @@
+"""``trainer.mode: async`` on the tiny model: k = 0 is the sync loop bit for bit, k = 1 trains
+on groups at most one update old and records every turn's weight version, a resumed run rolls
+its checkpoint's untrained groups out again, and a weight sync that hangs is a clear error."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from typer.testing import CliRunner
+
+from agentfly_cli.cli.app import build_app
+from agentfly_cli.rollout.trajectory import read_trajectories
+from agentfly_cli.train.checkpoint import CheckpointManager
+from agentfly_cli.train.trainer import Trainer
+from agentfly_cli.train.weight_sync import FullPush, WeightSyncTimeout
+from tests.test_trainer import ON_CPU, make_config, recipe, weights  # noqa: F401 (fixture)
+
+ASYNC_1 = ("trainer.mode=async", "trainer.max_staleness=1")
+
+
+def step_trajectories(run_dir, step):
+    return read_trajectories(run_dir / "trajectories" / f"step-{step:06d}.jsonl")
+
+
+def turn_versions(trajectory):
+    return [t.policy_version for t in trajectory.turns if t.role == "assistant"]
+
+
+def metric_lines(run_dir):
+    return [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_async_without_staleness_is_the_sync_loop_bit_for_bit(recipe, tmp_path):  # noqa: F811
+    sync_dir, async_dir = tmp_path / "sync", tmp_path / "async"
+    Trainer(make_config(recipe, "trainer.steps=3", *ON_CPU), run_dir=sync_dir, console=False).fit()
+    no_staleness = ("trainer.mode=async", "trainer.max_staleness=0")
+    config = make_config(recipe, "trainer.steps=3", *ON_CPU, *no_staleness)
+    Trainer(config, run_dir=async_dir, console=False).fit()
+
+    a, b = weights(sync_dir, 3), weights(async_dir, 3)
+    differing = [name for name in a if not torch.equal(a[name], b[name])]
+    assert not differing, f"async k=0 weights differ from sync: {differing[:3]}"
+    initial = load_file(str(Path(recipe["fields"]["model"]) / "model.safetensors"))
+    assert any(not torch.equal(b[n], initial[n]) for n in initial if n in b), "nothing trained"
+    for step in (1, 2, 3):
+        ours, theirs = step_trajectories(async_dir, step), step_trajectories(sync_dir, step)
+        assert [t.ids for t in ours] == [t.ids for t in theirs]
+        # both loops record the version that sampled each turn: the weights after step - 1
+        for trajectory in [*ours, *theirs]:
+            assert set(turn_versions(trajectory)) == {step - 1}
+    lines = metric_lines(async_dir)
+    assert [line["async/staleness_max"] for line in lines] == [0.0, 0.0, 0.0]
+    assert all(line["async/dropped_groups"] == 0 for line in lines)
+
+
+def test_async_trains_on_groups_at_most_one_update_old(recipe, tmp_path):  # noqa: F811
+    run_dir = tmp_path / "run"
+    config = make_config(recipe, "trainer.steps=3", *ON_CPU, *ASYNC_1)
+    trainer = Trainer(config, run_dir=run_dir, console=False)
+    result = trainer.fit()
+    assert not trainer.shared_model  # rollouts go on during the update: their own weights
+    assert trainer.engine.backend.stats["weight_updates"] == 3
+    lines = metric_lines(run_dir)
+    assert [line["step"] for line in lines] == [1, 2, 3]
+    for step, line in zip((1, 2, 3), lines, strict=True):
+        trajectories = step_trajectories(run_dir, step)
+        assert len(trajectories) == config.trainer.tasks_per_step * config.rollout.n
+        oldest_by_group: dict[str, int] = {}
+        for trajectory in trajectories:
+            versions = turn_versions(trajectory)
+            assert versions and all(v is not None for v in versions)
+            # sampled by the weights of step - 1 or, one update older, of step - 2
+            assert all(step - 2 <= v <= step - 1 for v in versions), (step, versions)
+            oldest = oldest_by_group.get(trajectory.group_id, versions[0])
+            oldest_by_group[trajectory.group_id] = min([oldest, *versions])
+        staleness = [step - 1 - v for v in oldest_by_group.values()]
+        assert line["async/staleness_max"] == max(staleness) <= 1
+        assert line["async/staleness_mean"] == pytest.approx(sum(staleness) / len(staleness))
+        assert "async/trainer_wait_s" in line and "async/producer_busy_s" in line
+        # stale samples are corrected by truncated importance sampling (on by default)
+        assert line["tis/ratio_min"] > 0 and 0 < line["tis/weight_mean"] <= 2.0
+    assert result.history[-1]["grad_norm"] > 0
+    assert trainer.engine.backend.policy_version == 3  # it holds the last step's weights
+
+
+def test_a_resumed_async_run_rolls_out_its_untrained_groups_again(recipe, tmp_path):  # noqa: F811
+    run_dir = tmp_path / "run"
+    config = make_config(recipe, "trainer.steps=3", "trainer.save_every=2", *ON_CPU, *ASYNC_1)
+    Trainer(config, run_dir=run_dir, console=False).fit(stop_after=2)
+    state = torch.load(CheckpointManager(run_dir).path(2) / "trainer_state.pt", weights_only=False)
+    pending = state["extra"]["async_pending"]
+    # batch 3 started during step 2 (one update ahead) and was never trained on
+    assert [row["position"] for row in pending] == [4, 5]
+    assert state["extra"]["task_stream"]["position"] == 6
+
+    Trainer(config, run_dir=run_dir, resume=True, console=False).fit()
+    resumed = step_trajectories(run_dir, 3)
+    assert sorted({t.task_index for t in resumed}) == [4, 5]
+    assert [row["task"] for row in pending] == [t.task for t in resumed[::3]]
+    steps = [line["step"] for line in metric_lines(run_dir)]
+    assert steps == [1, 2, 3]
+
+
+class HangingBackend:
+    name = "stuck"
+    policy_version = 0
+
+    async def update_weights(self, named_tensors):
+        await asyncio.sleep(3600)
+
+
+class FakeTrain:
+    def sync_weights(self):
+        return {}
+
+
+def test_a_weight_sync_that_hangs_is_one_clear_error_within_its_timeout():
+    backend = HangingBackend()
+    sync = FullPush(FakeTrain(), backend)
+
+    with pytest.raises(WeightSyncTimeout) as info:
+        asyncio.run(asyncio.wait_for(sync.publish(7, timeout_s=0.2), 10))
+    message = str(info.value)
+    assert "version 7" in message and "stuck backend" in message and "0.2 s" in message
+    assert "trainer.timeouts.weight_sync_s" in message and "\n" not in message
+    assert backend.policy_version == 0  # the version moves only when the weights arrived
+
+
+def test_agentfly_train_with_async_mode_from_the_command_line(recipe, tmp_path):  # noqa: F811
+    run_dir = tmp_path / "run"
+    fields = recipe["fields"]
+    sets = [*recipe["sets"], *ON_CPU, "trainer.steps=2", *ASYNC_1]
+    sets += [f"data.path={fields['data.path']}", f"reward={fields['reward']}"]
+    args = ["train", "calculator", "--model", fields["model"], "--out", str(run_dir), "--quiet"]
+    for item in sets:
+        args += ["--set", item]
+    result = CliRunner().invoke(build_app(), args)
+    assert result.exit_code == 0, result.output
+    lines = metric_lines(run_dir)
+    assert [line["step"] for line in lines] == [1, 2]
+    assert all(line["async/staleness_max"] <= 1 for line in lines)
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["trainer"]["mode"] == "async" and config["trainer"]["max_staleness"] == 1
+
+
+def test_async_with_lookahead_turns_importance_sampling_on_unless_the_recipe_says_otherwise():
+    from agentfly_cli.settings.train import TrainerSettings
+
+    assert TrainerSettings(mode="async").algorithm.tis_cap == 2.0
+    assert TrainerSettings(mode="async", algorithm={"tis_cap": 3.0}).algorithm.tis_cap == 3.0
+    assert TrainerSettings(mode="async", algorithm={"tis_cap": None}).algorithm.tis_cap is None
+    assert TrainerSettings(mode="async", max_staleness=0).algorithm.tis_cap is None  # sync loop
+    assert TrainerSettings().algorithm.tis_cap is None
