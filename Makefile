@@ -168,5 +168,10 @@ bench: install bench-venv
 	$(PY) benchmarks/sft_bench.py --out benchmarks/results/sft_bench.json
 	$(BENCH_VENV)/bin/python benchmarks/train_bench.py --out benchmarks/results/train_bench.json
 
+# sync against async training on SmolLM2 (about an hour on 2 CPU cores; docs/async.md)
+bench-async: install
+	mkdir -p benchmarks/results
+	$(PY) benchmarks/async_bench.py --out benchmarks/results/async_bench.json
+
 clean:
 	rm -rf $(VENV) $(BENCH_VENV) build *.egg-info .pytest_cache .ruff_cache

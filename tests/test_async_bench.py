@@ -1,0 +1,69 @@
+"""``benchmarks/async_bench.py`` on the tiny model: its slow tool, its JSON, its refusals (the
+real comparison runs SmolLM2 for an hour; docs/async.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location(
+        "async_bench", ROOT / "benchmarks" / "async_bench.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_slow_tool_waits_its_latency_and_answers_like_the_calculator(bench):
+    latencies = [bench.latency_for(f"{a} * {a}") for a in range(200)]
+    assert all(0.5 <= x <= 3.0 for x in latencies)
+    assert min(latencies) < 0.8 and max(latencies) > 2.7  # spread over the range
+    assert bench.latency_for("2 + 2") == bench.latency_for("2 + 2")
+
+    tool = bench.slow_calculator_tool()
+    assert tool.name == "calculator"
+    started = time.perf_counter()
+    result = asyncio.run(tool.invoke({"expression": "17 * 23"}))
+    assert result.observation == "391"
+    assert time.perf_counter() - started >= bench.latency_for("17 * 23") - 0.01
+
+
+def test_one_run_compares_sync_and_async_on_the_tiny_model(bench, tmp_path, tiny_model):
+    out = tmp_path / "bench.json"
+    code = bench.main(
+        [
+            "--model", str(tiny_model), "--steps", "2", "--cases", "latency",
+            "--modes", "sync,async1", "--out", str(out), "--runs", str(tmp_path / "runs"),
+            "--set", "rollout.n=2", "--set", "trainer.tasks_per_step=2",
+        ]
+    )  # fmt: skip
+    assert code == 0
+    report = json.loads(out.read_text())
+    runs = report["cases"]["latency"]
+    assert set(runs) == {"sync", "async1"}
+    for result in runs.values():
+        assert result["steps"] == 2 and len(result["reward"]) == 2
+        assert result["steps_per_hour"] > 0 and 0 <= result["trainer_idle_fraction"] <= 1
+        assert 0 <= result["producer_idle_fraction"] <= 1
+    assert runs["sync"]["speedup_vs_sync"] == 1.0
+    assert runs["async1"]["speedup_vs_sync"] == pytest.approx(
+        runs["async1"]["steps_per_hour"] / runs["sync"]["steps_per_hour"], rel=1e-2
+    )
+    assert "staleness_mean" in runs["async1"] and "staleness_mean" not in runs["sync"]
+    assert runs["async1"]["dropped_groups"] == 0
+    assert (tmp_path / "bench-latency.png").stat().st_size > 1000
+
+
+def test_an_unknown_case_or_mode_is_refused_with_exit_2(bench, capsys):
+    assert bench.main(["--cases", "latencyy", "--modes", "async3"]) == 2
+    assert "unknown case or mode latencyy, async3; cases: latency" in capsys.readouterr().err
