@@ -20,7 +20,7 @@ TORCH_ARGS := -c constraints/cpu.txt --extra-index-url https://download.pytorch.
 endif
 
 .PHONY: help install system-deps realdata realdata-or-warn install-vllm install-deepspeed install-ray \
-	test test-slow lint format config-docs demo bench bench-venv clean
+	test test-slow lint format config-docs demo bench bench-venv bench-async clean
 
 help:
 	@echo "make install    create $(VENV) and install agentfly-cli with its dev tools"
@@ -32,6 +32,7 @@ help:
 	@echo "make test       the test suite (fast tests; slow ones: make test-slow)"
 	@echo "make lint       ruff"
 	@echo "make config-docs  regenerate docs/config.md from the settings models"
+	@echo "make bench-async  sync against async training on SmolLM2 (about an hour)"
 
 $(VENV)/.installed: pyproject.toml constraints/cpu.txt
 	$(MAKE) --no-print-directory system-deps
