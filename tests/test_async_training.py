@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from agentfly_cli.cli.app import build_app
 from agentfly_cli.rollout.trajectory import read_trajectories
 from agentfly_cli.train.checkpoint import CheckpointManager
+from agentfly_cli.train.step_progress import StepProgress
 from agentfly_cli.train.trainer import Trainer
 from agentfly_cli.train.weight_sync import FullPush, WeightSyncTimeout
 from tests.test_trainer import ON_CPU, make_config, recipe, weights  # noqa: F401 (fixture)
@@ -58,11 +59,30 @@ def test_async_without_staleness_is_the_sync_loop_bit_for_bit(recipe, tmp_path):
     assert all(line["async/dropped_groups"] == 0 for line in lines)
 
 
+class LiveLines(StepProgress):
+    """Keeps what the live display showed as each phase ended."""
+
+    def __init__(self):
+        super().__init__()
+        self.shown: list[tuple[str, list[str]]] = []
+
+    def end(self):
+        self.shown.append((self.phase, self.lines()))
+        super().end()
+
+
 def test_async_trains_on_groups_at_most_one_update_old(recipe, tmp_path):  # noqa: F811
     run_dir = tmp_path / "run"
     config = make_config(recipe, "trainer.steps=3", *ON_CPU, *ASYNC_1)
     trainer = Trainer(config, run_dir=run_dir, console=False)
+    trainer.progress = live = LiveLines()
     result = trainer.fit()
+    # the live display shows the producer under the trainer's phase, while the run lasts
+    waits = [lines for phase, lines in live.shown if phase == "waiting for rollouts"]
+    assert len(waits) == 3 and all(lines[0].endswith("s") for lines in waits)
+    assert all("2/2 groups" in lines[0] for lines in waits)
+    assert all(lines[1].startswith("producer: ") for lines in waits), waits
+    assert "on weights v" in waits[-1][1] and not live.companions
     assert not trainer.shared_model  # rollouts go on during the update: their own weights
     assert trainer.engine.backend.stats["weight_updates"] == 3
     lines = metric_lines(run_dir)

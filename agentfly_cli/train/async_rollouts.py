@@ -136,9 +136,9 @@ class RolloutProducer:
         self.version = version
         self._changed.set()
 
-    async def take(self, count: int) -> Taken:
+    async def take(self, count: int, on_keep: Callable[[], Any] | None = None) -> Taken:
         """``count`` finished groups within the staleness bound of the current version, in
-        plan order; older ones are dropped on the way."""
+        plan order; older ones are dropped on the way. ``on_keep`` is called per kept group."""
         started = time.perf_counter()
         kept: list[TaskGroup] = []
         staleness: list[int] = []
@@ -162,6 +162,8 @@ class RolloutProducer:
             kept.append(group)
             staleness.append(behind)
             self.kept += 1
+            if on_keep is not None:
+                on_keep()
         kept.sort(key=lambda g: g.order)
         return Taken(kept, dropped, staleness, time.perf_counter() - started)
 
@@ -188,6 +190,15 @@ class RolloutProducer:
         picked = [(int(row["position"]), row["task"]) for row in rows]
         size = self.tasks_per_step
         self._requeued.extend(picked[i : i + size] for i in range(0, len(picked), size))
+
+    def live_line(self) -> str:
+        """The producer's line of the live display, beside the trainer's phase."""
+        finished = len(self._finished)
+        return (
+            f"producer: {self._running_batches} batches rolling out on weights "
+            f"v{self.version} | {self.outstanding - finished} groups running, {finished} "
+            f"finished | {self.dropped} dropped"
+        )
 
     def metrics(self) -> dict[str, float]:
         """Producer gauges: outstanding groups, finished ones waiting, time so far with a

@@ -36,16 +36,19 @@ class AsyncSteps:
         # a resumed run rolls its checkpoint's untrained groups out again, first
         self.producer.requeue(resumed_pending)
         self.producer.start()
+        trainer.progress.companions.append(self.producer.live_line)
 
     async def step(self, step: int) -> dict[str, float]:
         from agentfly_cli.train.metrics import StepTimer, rollout_metrics
 
         trainer, producer = self.trainer, self.producer
         timer = StepTimer()
-        trainer.progress.begin("waiting for rollouts", step=step, total=0, unit="groups")
+        count = trainer.settings.tasks_per_step
+        progress = trainer.progress
+        progress.begin("waiting for rollouts", step=step, total=count, unit="groups")
         try:
             with timer.section("rollout"):  # the trainer's wait for finished groups
-                taken = await producer.take(trainer.settings.tasks_per_step)
+                taken = await producer.take(count, on_keep=progress.advance)
         finally:
             trainer.progress.end()
         trajectories = taken.trajectories
@@ -70,6 +73,9 @@ class AsyncSteps:
         return {"async_pending": self.producer.pending()}
 
     async def close(self) -> None:
+        companions = self.trainer.progress.companions
+        if self.producer.live_line in companions:
+            companions.remove(self.producer.live_line)
         await self.producer.close()
 
     async def _run_batch(self, batch: int, picked: Picked, on_finish) -> list[Trajectory]:

@@ -26,6 +26,9 @@ class StepProgress:
         self.tokens = 0
         self._live_tokens: Callable[[], int] | None = None
         self._started = 0.0
+        #: more lines under the step's, each from a callable ("" hides it): async training's
+        #: producer shows what it rolls out beside the trainer's phase
+        self.companions: list[Callable[[], str]] = []
 
     def begin(
         self,
@@ -68,3 +71,7 @@ class StepProgress:
             f"{where}{self.phase}: {self.done}/{self.total} {self.unit} | "
             f"{self.token_count():,} tokens | {self.elapsed():.0f}s"
         )
+
+    def lines(self) -> list[str]:
+        """:meth:`line` and the companions' lines, the empty ones left out."""
+        return [text for text in (self.line(), *(c() for c in self.companions)) if text]

@@ -108,8 +108,8 @@ class _StepDisplay(Progress):
 
     def get_renderables(self):  # Rich's documented hook for what a Progress shows
         yield self.make_tasks_table(self.tasks)
-        line = self.step_progress.line() if self.step_progress is not None else ""
-        if line:
+        lines = self.step_progress.lines() if self.step_progress is not None else []
+        for line in lines:
             yield Text(f"  {line}")
 
 
