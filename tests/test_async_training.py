@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -176,3 +177,54 @@ def test_async_with_lookahead_turns_importance_sampling_on_unless_the_recipe_say
     assert TrainerSettings(mode="async", algorithm={"tis_cap": None}).algorithm.tis_cap is None
     assert TrainerSettings(mode="async", max_staleness=0).algorithm.tis_cap is None  # sync loop
     assert TrainerSettings().algorithm.tis_cap is None
+
+
+def test_a_weight_push_that_hangs_mid_run_ends_the_run_with_one_error(recipe, tmp_path):  # noqa: F811
+    config = make_config(recipe, "trainer.steps=3", *ON_CPU, *ASYNC_1,
+                         "trainer.timeouts.weight_sync_s=1")  # fmt: skip
+    trainer = Trainer(config, run_dir=tmp_path / "run", console=False)
+    trainer._setup_then = trainer._setup
+
+    def setup_with_a_stuck_backend():
+        trainer._setup_then()
+        backend = trainer.engine.backend
+
+        async def never_drains(named_tensors):
+            await asyncio.sleep(3600)
+
+        backend.update_weights = never_drains
+
+    trainer._setup = setup_with_a_stuck_backend
+    started = time.perf_counter()
+    with pytest.raises(WeightSyncTimeout, match=r"version 1\) to the hf backend did not finish"):
+        trainer.fit()
+    assert time.perf_counter() - started < 120  # the push's 1 s deadline, not an hour
+
+
+def test_a_rollout_backend_that_dies_mid_run_is_a_clear_error_not_a_hang(recipe, tmp_path):  # noqa: F811
+    from agentfly_cli.errors import UserError
+
+    config = make_config(recipe, "trainer.steps=4", *ON_CPU, *ASYNC_1)
+    trainer = Trainer(config, run_dir=tmp_path / "run", console=False)
+    optimize = trainer._optimize
+
+    def optimize_then_kill_the_backend(step, batch):
+        metrics = optimize(step, batch)
+        if step == 2:  # from the update's thread, while the producer rolls batch 3 out
+            loop = trainer.loop
+            asyncio.run_coroutine_threadsafe(trainer.engine.backend.close(), loop).result(30)
+        return metrics
+
+    async def fit_and_keep_the_loop():
+        trainer.loop = asyncio.get_running_loop()
+        return await trainer.fit_async()
+
+    trainer._optimize = optimize_then_kill_the_backend
+    started = time.perf_counter()
+    failed = r"weight sync \(full push of version 2\) failed: the hf backend is closed"
+    with pytest.raises(UserError, match=failed) as info:
+        asyncio.run(fit_and_keep_the_loop())
+    assert "\n" not in str(info.value)
+    assert time.perf_counter() - started < 120
+    lines = metric_lines(tmp_path / "run")
+    assert [line["step"] for line in lines] == [1]  # step 2's push met the closed backend

@@ -37,13 +37,17 @@ class WeightSync:
         push waits for the requests in flight to finish on the old weights; past ``timeout_s``
         it is cancelled and one :class:`WeightSyncTimeout` names the backend that hung."""
         from agentfly_cli.deadlines import within
+        from agentfly_cli.rollout.backends.base import BackendUnavailableError
 
+        what = f"weight sync ({self.name} push of version {version})"
         try:
             await within(self.push(), timeout_s)
+        except BackendUnavailableError as exc:
+            raise BackendUnavailableError(f"{what} failed: {exc}") from exc
         except asyncio.TimeoutError:
             raise WeightSyncTimeout(
-                f"weight sync ({self.name} push of version {version}) to the "
-                f"{getattr(self.backend, 'name', 'rollout')} backend did not finish within "
+                f"{what} to the {getattr(self.backend, 'name', 'rollout')} backend did not "
+                f"finish within "
                 f"{timeout_s:g} s: the backend hung or its requests in flight never ended; "
                 "check the backend (or raise trainer.timeouts.weight_sync_s)"
             ) from None
