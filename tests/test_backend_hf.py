@@ -244,6 +244,34 @@ def test_update_weights_waits_for_the_running_batch(backend, prompts):
         run(backend.update_weights({"nope.weight": torch.zeros(1)}))
 
 
+def test_each_generation_carries_the_version_of_the_weights_that_sampled_it(backend, prompts):
+    from agentfly_cli.train.weight_sync import FullPush
+
+    class Train:  # what FullPush reads: the weights to push
+        def sync_weights(self):
+            return {k: v.clone() for k, v in backend.model.state_dict().items()}
+
+    async def go():
+        backend.policy_version = 4
+        running = [asyncio.ensure_future(backend.generate(prompts[1], GREEDY)) for _ in range(2)]
+        deadline = asyncio.get_running_loop().time() + 30
+        while len(backend._active) < 2:  # admitted on version 4
+            assert asyncio.get_running_loop().time() < deadline, "the batch never admitted them"
+            await asyncio.sleep(0.001)
+        push = asyncio.ensure_future(FullPush(Train(), backend).publish(5, timeout_s=60))
+        await asyncio.sleep(0)  # the push has begun: a request sent now waits for it
+        queued = asyncio.ensure_future(backend.generate(prompts[0], GREEDY))
+        await push
+        after = await backend.generate(prompts[0], GREEDY)
+        return await asyncio.gather(*running), await queued, after
+
+    during, queued, after = run(go())
+    assert [g.policy_version for g in during] == [4, 4]  # finished on the old weights
+    assert queued.policy_version == 5 and after.policy_version == 5
+    assert backend.policy_version == 5
+    backend.policy_version = 0
+
+
 def test_cancelled_request_leaves_the_batch(backend, prompts):
     async def go():
         long = asyncio.ensure_future(

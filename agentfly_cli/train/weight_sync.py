@@ -33,25 +33,31 @@ class WeightSync:
         self.train, self.backend = train, backend
 
     async def publish(self, version: int, timeout_s: float | None = None) -> None:
-        """:meth:`push`, then mark the backend's weights as ``version`` (updates seen). The
-        push waits for the requests in flight to finish on the old weights; past ``timeout_s``
-        it is cancelled and one :class:`WeightSyncTimeout` names the backend that hung."""
+        """:meth:`push` the weights after ``version`` updates. The push waits for the requests
+        in flight to finish on the old weights, and requests start on the new ones after it,
+        so the backend's ``policy_version`` moves first: every request that starts from now
+        on is sampled by ``version`` (the hf backend stamps it at admission). Past
+        ``timeout_s`` the push is cancelled and one :class:`WeightSyncTimeout` names the
+        backend that hung."""
         from agentfly_cli.deadlines import within
         from agentfly_cli.rollout.backends.base import BackendUnavailableError
 
         what = f"weight sync ({self.name} push of version {version})"
+        previous, self.backend.policy_version = self.backend.policy_version, version
         try:
             await within(self.push(), timeout_s)
-        except BackendUnavailableError as exc:
-            raise BackendUnavailableError(f"{what} failed: {exc}") from exc
-        except asyncio.TimeoutError:
-            raise WeightSyncTimeout(
-                f"{what} to the {getattr(self.backend, 'name', 'rollout')} backend did not "
-                f"finish within "
-                f"{timeout_s:g} s: the backend hung or its requests in flight never ended; "
-                "check the backend (or raise trainer.timeouts.weight_sync_s)"
-            ) from None
-        self.backend.policy_version = version
+        except BaseException as exc:
+            self.backend.policy_version = previous  # the old weights are still there
+            if isinstance(exc, BackendUnavailableError):
+                raise BackendUnavailableError(f"{what} failed: {exc}") from exc
+            if isinstance(exc, asyncio.TimeoutError):
+                backend = getattr(self.backend, "name", "rollout")
+                raise WeightSyncTimeout(
+                    f"{what} to the {backend} backend did not finish within {timeout_s:g} s: "
+                    "the backend hung or its requests in flight never ended; check the "
+                    "backend (or raise trainer.timeouts.weight_sync_s)"
+                ) from None
+            raise
 
     async def push(self) -> None:
         raise NotImplementedError

@@ -240,6 +240,8 @@ class HFBackend(Backend):
         while self._pending and len(admit) < room:
             req = self._pending.popleft()
             if not req.future.done():  # skip callers that were cancelled while queued
+                # an update waits for the running batch to drain: these weights sample it all
+                req.policy_version = self.policy_version
                 admit.append(req)
         return admit
 
@@ -275,7 +277,6 @@ class HFBackend(Backend):
             self._active.difference_update(dropped)
             for req, generation in finished:
                 self._active.discard(req)
-                # an update waits for the running batch to drain: one version sampled it all
-                generation.policy_version = self.policy_version
+                generation.policy_version = req.policy_version
                 if not req.future.done():
                     req.future.set_result(generation)

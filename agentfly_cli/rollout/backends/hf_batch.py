@@ -43,6 +43,7 @@ class BatchRequest:
     max_new: int
     seed: int
     queued_at: float = field(default_factory=time.perf_counter)
+    policy_version: int | None = None  # the backend's weights when the batch admitted it
 
 
 @dataclass(eq=False)
