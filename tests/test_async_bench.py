@@ -38,6 +38,7 @@ def test_the_slow_tool_waits_its_latency_and_answers_like_the_calculator(bench):
     assert time.perf_counter() - started >= bench.latency_for("17 * 23") - 0.01
 
 
+@pytest.mark.slow  # three processes, each loading torch and the model (about 40 s)
 def test_one_run_compares_sync_and_async_on_the_tiny_model(bench, tmp_path, tiny_model):
     out = tmp_path / "bench.json"
     code = bench.main(

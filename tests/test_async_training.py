@@ -152,6 +152,7 @@ def test_a_weight_sync_that_hangs_is_one_clear_error_within_its_timeout():
     assert backend.policy_version == 0  # the version moves only when the weights arrived
 
 
+@pytest.mark.slow  # the same run as above through the CLI (about 20 s)
 def test_agentfly_train_with_async_mode_from_the_command_line(recipe, tmp_path):  # noqa: F811
     run_dir = tmp_path / "run"
     fields = recipe["fields"]
