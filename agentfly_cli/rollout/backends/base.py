@@ -91,8 +91,9 @@ class Backend(abc.ABC):
     #: sets its flag.
     takes_weights: bool = False
     takes_adapters: bool = False
-    #: How many weight updates the weights it samples from have seen; the trainer sets it
-    #: after each push (0: the weights it started with, or a backend that never takes any).
+    #: How many weight updates the weights it samples from have seen (0: the weights it
+    #: started with). The trainer sets it as each push begins: requests sent from then on
+    #: wait for the push and run on those weights.
     policy_version: int = 0
 
     @abc.abstractmethod
