@@ -4,24 +4,17 @@ real comparison runs SmolLM2 for an hour; docs/async.md)."""
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import time
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.conftest import load_script
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location(
-        "async_bench", ROOT / "benchmarks" / "async_bench.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/async_bench.py")
 
 
 def test_the_slow_tool_waits_its_latency_and_answers_like_the_calculator(bench):

@@ -137,40 +137,32 @@ def test_pending_lists_the_untrained_groups_and_requeue_rolls_them_out_first():
     assert [g.position for g in first.groups] == [2, 3]
 
 
+async def first_take(run_batch, wait_timeout_s: float):
+    """Start a producer over ``run_batch`` and take one step's groups; closed either way."""
+    producer = RolloutProducer(
+        run_batch, tasks(2), tasks_per_step=2, n=2, max_staleness=1, wait_timeout_s=wait_timeout_s
+    )
+    producer.start()
+    try:
+        return await producer.take(2)
+    finally:
+        await producer.close()
+
+
 def test_a_failed_batch_ends_the_trainers_wait_with_its_error():
     async def failing(batch, picked, on_finish):
         raise RuntimeError("the env server died")
 
-    async def scenario():
-        producer = RolloutProducer(
-            failing, tasks(2), tasks_per_step=2, n=2, max_staleness=1, wait_timeout_s=5
-        )
-        producer.start()
-        try:
-            await producer.take(2)
-        finally:
-            await producer.close()
-
     with pytest.raises(RuntimeError, match="the env server died"):
-        asyncio.run(scenario())
+        asyncio.run(first_take(failing, wait_timeout_s=5))
 
 
 def test_a_rollout_that_never_finishes_is_a_timeout_naming_what_hung():
     async def hanging(batch, picked, on_finish):
         await asyncio.sleep(3600)
 
-    async def scenario():
-        producer = RolloutProducer(
-            hanging, tasks(2), tasks_per_step=2, n=2, max_staleness=1, wait_timeout_s=0.2
-        )
-        producer.start()
-        try:
-            await producer.take(2)
-        finally:
-            await producer.close()
-
     with pytest.raises(RolloutWaitTimeout, match="no task group finished within 0.2 s") as info:
-        asyncio.run(scenario())
+        asyncio.run(first_take(hanging, wait_timeout_s=0.2))
     assert "rollout_wait_s" in str(info.value) and "\n" not in str(info.value)
 
 

@@ -3,23 +3,17 @@ model (the real rows take hours; docs/learning.md)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.conftest import load_script
 
 
 @pytest.fixture(scope="module")
 def table():
-    spec = importlib.util.spec_from_file_location(
-        "learning_table", ROOT / "benchmarks" / "learning_table.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/learning_table.py")
 
 
 def write_chains(path: Path, rewards: dict[str, list[float]]) -> None:

@@ -8,23 +8,18 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import importlib.util
 import io
 import json
 import tarfile
 
 import pytest
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, load_script
 from tests.realdata_paths import COMPLETE, find_realdata, missing_reason
 
 
 def _load_script():
-    path = REPO_ROOT / "scripts" / "fetch_realdata.py"
-    spec = importlib.util.spec_from_file_location("fetch_realdata", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scripts/fetch_realdata.py")
 
 
 fetch = _load_script()

@@ -4,7 +4,6 @@ its tools, the replayed reward, scripted and tiny-model rollouts, and a short tr
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import os
 import signal
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from agentfly_cli.errors import UserError
+from tests.conftest import load_script
 from tests.recipe_checks import (
     SOLUTION_ROWS,
     agentfly,
@@ -86,11 +86,7 @@ def stockfish_children() -> list[int]:
 
 
 def load_generator():
-    path = ROOT / "scripts" / "make_chess_puzzles_data.py"
-    spec = importlib.util.spec_from_file_location("make_chess_puzzles_data", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scripts/make_chess_puzzles_data.py")
 
 
 def run(coroutine):

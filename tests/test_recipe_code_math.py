@@ -5,7 +5,6 @@ math-verify reward, scripted and tiny-model rollouts, and a short training run."
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import re
 from collections import Counter
@@ -17,6 +16,7 @@ from agentfly_cli.chat.parsers import get_parser
 from agentfly_cli.config import load_config
 from envs_builtin.python_sandbox import PythonSandboxEnv, python
 from rewards_builtin.scoring import math_equal_score
+from tests.conftest import load_script
 from tests.recipe_checks import (
     SOLUTION_ROWS,
     budget,
@@ -88,10 +88,7 @@ def test_every_solution_prints_its_answer_in_the_sandbox(limit):
 
 
 def test_the_generator_rebuilds_the_packaged_file():
-    path = ROOT / "scripts" / "make_code_math_data.py"
-    spec = importlib.util.spec_from_file_location("make_code_math_data", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script("scripts/make_code_math_data.py")
     assert module.rows() == ROWS
     assert module.show(module.Fraction(7, 12)) == "7/12"
     assert module.show(module.Fraction(-51, 4), decimal=True) == "-12.75"

@@ -22,13 +22,13 @@ import asyncio
 import collections
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from agentfly_cli.errors import UserError
 from agentfly_cli.rollout.trajectory import Trajectory
+from agentfly_cli.train.task_plan import Picked
 
-Picked = list[tuple[int, Mapping[str, Any]]]
 #: (step, picked tasks, on_finish) -> every trajectory of the batch, ordered by task and sample
 RunBatch = Callable[[int, Picked, Callable[[Trajectory], Any]], Awaitable[list[Trajectory]]]
 
@@ -50,10 +50,8 @@ class TaskGroup:
     """The ``n`` chains of one task, finished."""
 
     order: int  # position in the producer's plan (batch-major, then task)
-    batch: int  # the producer's batch number, from 1
     position: int  # the task's position in the training tasks
     trajectories: list[Trajectory]
-    finished_at: float = field(default_factory=time.perf_counter)
 
     @property
     def oldest_version(self) -> int | None:
@@ -256,7 +254,7 @@ class RolloutProducer:
             if len(group) == self.n:
                 order = first_order + position_of[trajectory.task_index]
                 group.sort(key=lambda t: t.sample_index)
-                self._finished.append(TaskGroup(order, batch, trajectory.task_index, group))
+                self._finished.append(TaskGroup(order, trajectory.task_index, group))
                 self._changed.set()
 
         self._running(+1)
