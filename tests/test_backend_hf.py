@@ -272,6 +272,38 @@ def test_each_generation_carries_the_version_of_the_weights_that_sampled_it(back
     backend.policy_version = 0
 
 
+def test_the_version_moves_only_as_the_push_stops_admissions(backend, monkeypatch):
+    """Between the trainer moving ``policy_version`` and the new weights loading, the batch
+    admits nothing: else a request would run on the old weights stamped with the new version."""
+    from agentfly_cli.train.weight_sync import FullPush
+
+    class Train:
+        def sync_weights(self):
+            return {k: v.clone() for k, v in backend.model.state_dict().items()}
+
+    loaded = []
+    load = backend._batch.load_weights
+    monkeypatch.setattr(backend._batch, "load_weights", lambda w: (load(w), loaded.append(1)))
+
+    async def go():
+        push = asyncio.ensure_future(FullPush(Train(), backend).publish(1, timeout_s=60))
+        seen = []
+        while not push.done():  # every state the event loop passes through
+            seen.append((backend.policy_version, backend._paused, bool(loaded)))
+            await asyncio.sleep(0)
+        await push
+        return seen
+
+    backend.policy_version = 0
+    try:
+        seen = run(go())
+    finally:
+        backend.policy_version = 0
+    assert loaded and (1, True, False) in seen  # the push paused admissions under version 1
+    unsafe = [state for state in seen if state == (1, False, False)]
+    assert not unsafe, f"version 1 while the batch still admitted on the old weights: {seen}"
+
+
 def test_cancelled_request_leaves_the_batch(backend, prompts):
     async def go():
         long = asyncio.ensure_future(

@@ -207,6 +207,43 @@ class TestVLLMBackend:
         run(backend.update_weights(iter(state_dict.items())))  # (name, tensor) pairs work too
         assert run(backend.generate(prompt, GREEDY)).token_ids == before
 
+    def test_each_generation_carries_the_version_of_the_weights_that_sampled_it(
+        self, backend, prompts, state_dict
+    ):
+        """A push lets the requests sent before it finish on the old weights, stamped with the
+        old version; a request sent once the version moved waits and runs on the new ones."""
+        import torch
+
+        from agentfly_cli.train.weight_sync import FullPush
+
+        prompt = prompts[1]
+        before = run(backend.generate(prompt, GREEDY)).token_ids
+        broken = {k: torch.zeros_like(v) if "embed" in k else v for k, v in state_dict.items()}
+
+        class Train:  # what FullPush reads: the weights to push
+            def sync_weights(self):
+                return broken
+
+        async def go():
+            backend.policy_version = 4
+            running = [asyncio.create_task(backend.generate(prompt, GREEDY)) for _ in range(2)]
+            await asyncio.sleep(0)  # both are sent on version 4
+            push = asyncio.create_task(FullPush(Train(), backend).publish(5, timeout_s=120))
+            while backend.policy_version != 5:  # the push has begun
+                await asyncio.sleep(0)
+            queued = asyncio.create_task(backend.generate(prompt, GREEDY))
+            await push
+            return await asyncio.gather(*running), await queued
+
+        try:
+            during, queued = run(go())
+        finally:
+            run(backend.update_weights(state_dict))
+            backend.policy_version = 0
+        assert [(g.token_ids, g.policy_version) for g in during] == [(before, 4)] * 2
+        assert (queued.token_ids, queued.policy_version) == ([0] * GREEDY.max_tokens, 5)
+        assert run(backend.generate(prompt, GREEDY)).token_ids == before  # restored
+
     def test_partial_or_foreign_weights_are_refused(self, backend, prompts, state_dict):
         prompt = prompts[1]
         before = run(backend.generate(prompt, GREEDY)).token_ids
@@ -288,14 +325,11 @@ def test_a_failing_engine_fails_every_waiting_request(tiny_model, tokenizer, pro
     assert results and all(isinstance(r, BackendUnavailableError) for r in results), results
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(NO_VLLM, reason=SKIP_REASON)
-def test_training_with_vllm_rollouts_pushes_the_new_weights(tiny_model, tmp_path, prompts):
-    """`agentfly train --backend vllm`: after a step, vLLM samples from the trained policy."""
+def vllm_training_config(tiny_model, tmp_path, *overrides):
+    """The calculator recipe on the tiny model with vllm rollouts, rewarded for digits."""
     import json
 
     from agentfly_cli.config import load_config
-    from agentfly_cli.train.trainer import Trainer
 
     data = tmp_path / "tasks.jsonl"
     data.write_text("".join(json.dumps({"question": f"{a} + 1?", "answer": "x"}) + "\n"
@@ -307,14 +341,23 @@ def test_training_with_vllm_rollouts_pushes_the_new_weights(tiny_model, tmp_path
         "                   if m['role'] == 'assistant')\n"
         "    return sum(c.isdigit() for c in text) / max(len(text), 1)\n"
     )
-    config = load_config(
+    return load_config(
         "calculator",
         ["rollout.n=3", "rollout.max_tokens_per_turn=6", "rollout.max_total_tokens=4096",
          "trainer.tasks_per_step=2", "trainer.backend.lr=0.003", "backend.dtype=float32",
-         "backend.gpu_memory_utilization=0.2", "trainer.telemetry.sinks=[jsonl]"],
+         "backend.gpu_memory_utilization=0.2", "trainer.telemetry.sinks=[jsonl]", *overrides],
         model=str(tiny_model), **{"backend.name": "vllm", "data.path": str(data),
                                   "reward": f"{reward}:digits"},
     )  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(NO_VLLM, reason=SKIP_REASON)
+def test_training_with_vllm_rollouts_pushes_the_new_weights(tiny_model, tmp_path, prompts):
+    """`agentfly train --backend vllm`: after a step, vLLM samples from the trained policy."""
+    from agentfly_cli.train.trainer import Trainer
+
+    config = vllm_training_config(tiny_model, tmp_path)
     trainer = Trainer(config, run_dir=tmp_path / "run", console=False)
 
     async def one_step_then_sample():
@@ -332,3 +375,36 @@ def test_training_with_vllm_rollouts_pushes_the_new_weights(tiny_model, tmp_path
     metrics, generation, want = run(one_step_then_sample())
     assert metrics["grad_norm"] > 0 and not trainer.shared_model
     assert generation.logprobs == pytest.approx(want, abs=2e-3)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(NO_VLLM, reason=SKIP_REASON)
+def test_async_training_on_vllm_rollouts_records_versions_and_bounds_staleness(
+    tiny_model, tmp_path
+):
+    """``trainer.mode: async`` with vllm rollouts: the producer samples during the update,
+    every turn records the weights that sampled it, and no group is over one update old."""
+    import json
+
+    from agentfly_cli.rollout.trajectory import read_trajectories
+    from agentfly_cli.train.trainer import Trainer
+
+    overrides = ("trainer.steps=3", "trainer.mode=async", "trainer.max_staleness=1")
+    config = vllm_training_config(tiny_model, tmp_path, *overrides)
+    run_dir = tmp_path / "run"
+    trainer = Trainer(config, run_dir=run_dir, console=False)
+    result = trainer.fit()
+    assert trainer.engine.backend.name == "vllm" and trainer.engine.backend.policy_version == 3
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines] == [1, 2, 3]
+    for step, line in zip((1, 2, 3), lines, strict=True):
+        trajectories = read_trajectories(run_dir / "trajectories" / f"step-{step:06d}.jsonl")
+        assert len(trajectories) == 2 * 3
+        versions = [t.policy_version for tr in trajectories for t in tr.turns if t.sampled_ids]
+        assert versions and all(step - 2 <= v <= step - 1 for v in versions), (step, versions)
+        oldest: dict[str, int] = {}  # per group, its oldest turn
+        for tr in trajectories:
+            oldest[tr.group_id] = min(oldest.get(tr.group_id, tr.oldest_version), tr.oldest_version)
+        assert line["async/staleness_max"] == max(step - 1 - v for v in oldest.values()) <= 1
+        assert line["tis/ratio_min"] > 0  # stale samples are importance-weighted
+    assert result.history[-1]["grad_norm"] > 0

@@ -35,17 +35,26 @@ class WeightSync:
     async def publish(self, version: int, timeout_s: float | None = None) -> None:
         """:meth:`push` the weights after ``version`` updates. The push waits for the requests
         in flight to finish on the old weights, and requests start on the new ones after it,
-        so the backend's ``policy_version`` moves first: every request that starts from now
-        on is sampled by ``version`` (the hf backend stamps it at admission). Past
+        so the backend's ``policy_version`` moves as the push stops admissions: every request
+        that starts from then on is sampled by ``version`` (the hf backend stamps it at
+        admission, vllm at submission). Past
         ``timeout_s`` the push is cancelled and one :class:`WeightSyncTimeout` names the
         backend that hung."""
         from agentfly_cli.deadlines import within
         from agentfly_cli.rollout.backends.base import BackendUnavailableError
 
         what = f"weight sync ({self.name} push of version {version})"
-        previous, self.backend.policy_version = self.backend.policy_version, version
+        previous = self.backend.policy_version
+
+        async def move_then_push() -> None:
+            # one stretch with no await: the version moves as the push stops admissions (the
+            # hf backend's pause; vllm's barrier command), so no request can be admitted on
+            # the old weights with the new version
+            self.backend.policy_version = version
+            await self.push()
+
         try:
-            await within(self.push(), timeout_s)
+            await within(move_then_push(), timeout_s)
         except BaseException as exc:
             self.backend.policy_version = previous  # the old weights are still there
             if isinstance(exc, BackendUnavailableError):

@@ -468,12 +468,17 @@ class VLLMBackend(Backend):
         pending = _Pending(loop.create_future(), loop, len(prompt), time.perf_counter())
         request_id = f"agentfly-{next(self._ids)}"
         sampling = self._sampling_params(params)
+        # a weight push is a barrier command on the same queue: a request submitted before it
+        # finishes on the old weights, one submitted after starts on the new ones
+        version = self.policy_version
         self._thread.submit("add", request_id, self._prompt(prompt), sampling, pending)
         try:
-            return await pending.future
+            generation = await pending.future
         except asyncio.CancelledError:
             self._thread.submit("abort", request_id)
             raise
+        generation.policy_version = version
+        return generation
 
     async def update_weights(self, named_tensors: Any) -> None:
         """Load new weights (a state dict or ``(name, tensor)`` pairs in checkpoint names).
