@@ -4,6 +4,7 @@ plan order, pending groups, errors and timeouts (no model; milliseconds)."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -164,6 +165,39 @@ def test_a_rollout_that_never_finishes_is_a_timeout_naming_what_hung():
     with pytest.raises(RolloutWaitTimeout, match="no task group finished within 0.2 s") as info:
         asyncio.run(first_take(hanging, wait_timeout_s=0.2))
     assert "rollout_wait_s" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_groups_that_are_always_too_old_end_in_a_timeout_not_an_endless_replacement():
+    """A backend whose stamps never follow the weight pushes makes every group stale: the
+    producer drops and replaces them without end, so the wait is bounded by the time since
+    the last kept group, not since the last finished one."""
+
+    async def stuck_on_version_0(batch, picked, on_finish):
+        await asyncio.sleep(0.01)
+        out = [chain(position, s, [0]) for position, _ in picked for s in range(2)]
+        for trajectory in out:
+            on_finish(trajectory)
+        return out
+
+    async def scenario():
+        producer = RolloutProducer(
+            stuck_on_version_0, tasks(2), tasks_per_step=2, n=2, max_staleness=1,
+            wait_timeout_s=0.5,
+        )  # fmt: skip
+        producer.start()
+        try:
+            await producer.take(2)  # step 1: version 0 is fresh
+            producer.set_version(2)  # two updates later, every new group is too old
+            return await asyncio.wait_for(producer.take(2), 30)
+        finally:
+            await producer.close()
+
+    started = time.perf_counter()
+    with pytest.raises(RolloutWaitTimeout, match="within trainer.max_staleness") as info:
+        asyncio.run(scenario())
+    assert time.perf_counter() - started < 10
+    message = str(info.value)
+    assert "dropped" in message and "max_staleness" in message and "\n" not in message
 
 
 def test_running_out_of_tasks_is_a_clear_error_not_a_hang():

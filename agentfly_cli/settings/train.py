@@ -178,7 +178,8 @@ class TimeoutSettings(BaseModel):
         3600.0,
         gt=0,
         allow_inf_nan=False,
-        description="async mode: the trainer waiting for the producer's next finished task group",
+        description="async mode: the trainer waiting for the producer's next task group within "
+        "max_staleness (counted from the last group it kept)",
     )
 
 

@@ -137,7 +137,7 @@ class RolloutProducer:
     async def take(self, count: int, on_keep: Callable[[], Any] | None = None) -> Taken:
         """``count`` finished groups within the staleness bound of the current version, in
         plan order; older ones are dropped on the way. ``on_keep`` is called per kept group."""
-        started = time.perf_counter()
+        started = progress = time.perf_counter()  # progress: the last group kept
         kept: list[TaskGroup] = []
         staleness: list[int] = []
         dropped = 0
@@ -145,7 +145,7 @@ class RolloutProducer:
             if self._error is not None:
                 raise self._error
             if not self._finished:
-                await self._wait_for_change(count - len(kept))
+                await self._wait_for_change(count - len(kept), progress, dropped)
                 continue
             group = self._finished.popleft()
             self.outstanding -= 1
@@ -160,6 +160,7 @@ class RolloutProducer:
             kept.append(group)
             staleness.append(behind)
             self.kept += 1
+            progress = time.perf_counter()
             if on_keep is not None:
                 on_keep()
         kept.sort(key=lambda g: g.order)
@@ -282,7 +283,10 @@ class RolloutProducer:
             self._error = exc
         self._changed.set()
 
-    async def _wait_for_change(self, missing: int) -> None:
+    async def _wait_for_change(self, missing: int, progress: float, dropped: int) -> None:
+        """Wait for a finished group, the version or an error; past ``wait_timeout_s`` since
+        ``progress`` (the last group kept, or the wait's start) a :class:`RolloutWaitTimeout`,
+        even while groups keep finishing too old to keep (``dropped`` so far)."""
         self._changed.clear()
         if self._error is not None or self._finished:
             return
@@ -291,9 +295,20 @@ class RolloutProducer:
                 f"async training ran out of training tasks with {missing} groups still to "
                 "train on this step; add tasks or lower trainer.steps"
             )
+        left = None
+        if self.wait_timeout_s is not None:
+            left = max(0.0, self.wait_timeout_s - (time.perf_counter() - progress))
         try:
-            await asyncio.wait_for(self._changed.wait(), self.wait_timeout_s)
+            await asyncio.wait_for(self._changed.wait(), left)
         except asyncio.TimeoutError:
+            if dropped:
+                raise RolloutWaitTimeout(
+                    f"async training: no task group within trainer.max_staleness "
+                    f"({self.max_staleness}) of weight version {self.version} finished within "
+                    f"{self.wait_timeout_s:g} s (trainer.timeouts.rollout_wait_s); {dropped} "
+                    "finished older and were dropped: the rollout backend's policy_version "
+                    "does not follow the weight pushes, or groups take longer than the updates"
+                ) from None
             raise RolloutWaitTimeout(
                 f"async training: no task group finished within {self.wait_timeout_s:g} s "
                 f"(trainer.timeouts.rollout_wait_s) with {self.outstanding} groups rolling out "
