@@ -98,3 +98,26 @@ def test_the_deepspeed_launcher_works_too_and_ranks_share_the_held_out_eval(tmp_
     folder = run_dir / "trajectories"
     shares = [len(read_trajectories(folder / f"eval-000001-rank{r}.jsonl")) for r in (0, 1)]
     assert shares == [4, 2]  # n=2 chains per task
+
+
+def test_one_deepspeed_process_trains_asynchronously(tmp_path, tiny_model):
+    """``trainer.mode: async`` on the deepspeed backend (one process: multi-rank async is
+    refused): the next batch rolls out on the previous weights during each update."""
+    from agentfly_cli.rollout.trajectory import read_trajectories
+
+    run_dir = tmp_path / "run"
+    async_1 = ["--set", "trainer.mode=async", "--set", "trainer.max_staleness=1"]
+    launch(tmp_path, tiny_model, run_dir, "--set", "trainer.steps=3", *async_1,
+           launcher=[sys.executable, "-m"])  # fmt: skip
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines] == [1, 2, 3]
+    assert all(line["grad_norm"] > 0 for line in lines)
+    # batch 2 started on version 0 while step 1 trained: it is one update old at step 2
+    assert [line["async/staleness_max"] for line in lines][:2] == [0.0, 1.0]
+    assert all(line["async/staleness_max"] <= 1 for line in lines)
+    assert lines[1]["tis/ratio_min"] < 1.0  # the trainer's policy moved: the ratio corrects
+    for step in (1, 2, 3):
+        records = read_trajectories(run_dir / "trajectories" / f"step-00000{step}.jsonl")
+        versions = {t.policy_version for r in records for t in r.turns if t.sampled_ids}
+        assert versions and versions <= {step - 2, step - 1}, (step, versions)
+    assert (run_dir / "checkpoints" / "step-000003" / "model" / "config.json").is_file()
