@@ -19,6 +19,7 @@ from agentfly_cli.cli import (
     recipes_cmd,
     rewards_cmd,
     rollout_cmd,
+    serve_cmd,
     sft_cmd,
     tools_cmd,
     train_cmd,
@@ -83,6 +84,7 @@ def build_app(*, with_plugin_commands: bool = True) -> typer.Typer:
     app.command("train")(train_cmd.train)
     app.command("sft")(sft_cmd.sft)
     app.command("export")(train_cmd.export)
+    app.command("serve")(serve_cmd.serve)
     if with_plugin_commands:
         get_plugin_host().add_commands(app)
     return app

@@ -1,0 +1,121 @@
+"""The gateway's HTTP side: the OpenAI API on Starlette (served by uvicorn).
+
+Routes, with and without a session prefix ``/s/{session}`` (give an agent the base URL
+``http://HOST:PORT/s/EPISODE/v1`` and every request it makes is recorded in that episode):
+
+- ``GET  /v1/models``
+- ``POST /v1/chat/completions`` (``stream: true`` answers with server-sent events)
+- ``POST /sessions/{session}/end`` with an optional ``{"reward": R}``: the episode's segments
+  as trajectory JSON; the session is closed
+- ``GET  /sessions``: the open sessions and their request and segment counts
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from typing import Any
+
+from agentfly_cli.serve.gateway import Gateway, RequestError
+
+
+def build_app(gateway: Gateway, on_episode: Any = None) -> Any:
+    """The Starlette app over ``gateway``; ``on_episode(episode)`` gets each ended episode."""
+    try:
+        from starlette.applications import Starlette
+        from starlette.requests import Request
+        from starlette.responses import JSONResponse, StreamingResponse
+        from starlette.routing import Route
+    except ImportError as exc:  # pragma: no cover - starlette comes with the serve extra
+        raise RuntimeError(
+            "agentfly serve needs starlette and uvicorn: pip install 'agentfly-cli[serve]'"
+        ) from exc
+
+    def error(message: str, status: int = 400, param: str | None = None) -> Any:
+        kind = "invalid_request_error" if status < 500 else "server_error"
+        body = {"error": {"message": message, "type": kind, "param": param, "code": None}}
+        return JSONResponse(body, status_code=status)
+
+    async def models(request: Request) -> Any:
+        created = int(time.time())
+        model = {"id": gateway.model_name, "object": "model", "created": created,
+                 "owned_by": "agentfly"}  # fmt: skip
+        return JSONResponse({"object": "list", "data": [model]})
+
+    async def completions(request: Request) -> Any:
+        try:
+            body = json.loads(await request.body())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            return error(f"the request body is not JSON: {exc}")
+        session = request.path_params.get("session")
+        try:
+            reply = await gateway.complete(session, body)
+        except RequestError as exc:
+            return error(str(exc), param=exc.param)
+        if isinstance(body, dict) and body.get("stream"):
+            return StreamingResponse(_events(reply), media_type="text/event-stream")
+        return JSONResponse(reply)
+
+    async def end(request: Request) -> Any:
+        session = request.path_params["session"]
+        raw = await request.body()
+        try:
+            body = json.loads(raw) if raw.strip() else {}
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            return error(f"the request body is not JSON: {exc}")
+        reward = body.get("reward") if isinstance(body, dict) else None
+        if reward is not None and (
+            not isinstance(reward, (int, float)) or isinstance(reward, bool)
+            or not math.isfinite(reward)
+        ):  # fmt: skip
+            return error("'reward' must be a finite number", param="reward")
+        episode = gateway.close_episode(session, reward)
+        if episode is None:
+            return error(f"no open session {session!r}", status=404)
+        if on_episode is not None:
+            on_episode(episode)
+        return JSONResponse(
+            {"session": session, "reward": episode.reward,
+             "trajectories": [t.to_dict() for t in episode.trajectories()]}
+        )  # fmt: skip
+
+    async def sessions(request: Request) -> Any:
+        return JSONResponse(
+            [{"session": e.id, "requests": e.requests, "segments": len(e.segments)}
+             for e in gateway.episodes.values()]
+        )  # fmt: skip
+
+    routes = [
+        Route("/v1/models", models),
+        Route("/s/{session}/v1/models", models),
+        Route("/v1/chat/completions", completions, methods=["POST"]),
+        Route("/s/{session}/v1/chat/completions", completions, methods=["POST"]),
+        Route("/sessions", sessions),
+        Route("/sessions/{session}/end", end, methods=["POST"]),
+    ]
+    return Starlette(routes=routes)
+
+
+async def _events(reply: dict[str, Any]):
+    """A whole reply as OpenAI ``chat.completion.chunk`` events: per choice, the role and
+    content, the tool calls, then the finish reason; then ``[DONE]``."""
+    base = {"id": reply["id"], "object": "chat.completion.chunk", "created": reply["created"],
+            "model": reply["model"]}  # fmt: skip
+    for choice in reply["choices"]:
+        message, index = choice["message"], choice["index"]
+        delta: dict[str, Any] = {"role": "assistant", "content": message.get("content") or ""}
+        if message.get("reasoning_content") is not None:
+            delta["reasoning_content"] = message["reasoning_content"]
+        yield _event(base, index, delta, None)
+        calls = message.get("tool_calls") or []
+        if calls:
+            numbered = [{"index": i, **call} for i, call in enumerate(calls)]
+            yield _event(base, index, {"tool_calls": numbered}, None)
+        yield _event(base, index, {}, choice["finish_reason"])
+    yield "data: [DONE]\n\n"
+
+
+def _event(base: dict, index: int, delta: dict, finish: str | None) -> str:
+    chunk = {**base, "choices": [{"index": index, "delta": delta, "finish_reason": finish}]}
+    return f"data: {json.dumps(chunk)}\n\n"

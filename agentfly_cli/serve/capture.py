@@ -1,0 +1,198 @@
+"""Session capture: every request of an agent's episode, recorded token-exactly for training.
+
+An episode (one session id) is a list of **segments**, each a :class:`Trajectory`. A request
+whose messages extend a segment's conversation (its messages, then the reply the gateway gave,
+as the agent echoes it back) extends that segment: the new messages are rendered as the
+template's delta after the last reply (mask 0), and the model samples behind the exact ids it
+saw before. Nothing is decoded and re-encoded: the model's earlier tokens (a ``<think>`` block
+included) stay as they were sampled. A request that does not extend any segment (the agent
+trimmed or rewrote its history, or started over) opens a new segment, rendered in full by the
+chat template. Segments of an episode share its reward and its group.
+
+Two requests that extend the same segment at once (``n`` > 1, or an agent's parallel calls)
+each get their own copy: the second to finish forks the segment at the point both started
+from.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentfly_cli.rollout.backends.base import Generation
+from agentfly_cli.rollout.trajectory import Trajectory
+
+Conversation = list[tuple]
+
+
+def message_key(message: dict[str, Any]) -> tuple:
+    """What must match for an echoed message to count as the same one: its role, its text,
+    and its tool calls' names and arguments (ids and JSON spacing may change on the way)."""
+    role = message.get("role", "")
+    text = content_text(message.get("content")).strip()
+    calls = []
+    for call in message.get("tool_calls") or []:
+        function = call.get("function", call) if isinstance(call, dict) else {}
+        arguments = function.get("arguments")
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments)
+            except json.JSONDecodeError:
+                pass
+        calls.append((function.get("name", ""), json.dumps(arguments, sort_keys=True)))
+    return (role, text, tuple(calls))
+
+
+def content_text(content: Any) -> str:
+    """An OpenAI message content (a string, None, or a list of parts) as plain text."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            part.get("text", "") if isinstance(part, dict) else str(part) for part in content
+        )
+    return str(content)
+
+
+def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """OpenAI messages as chat templates expect them: text content, tool call arguments as
+    objects (templates ``tojson`` them), and each tool result's ``name`` (some templates need
+    it; OpenAI sends only the ``tool_call_id``) from the call it answers."""
+    out = []
+    names: dict[str, str] = {}
+    for message in messages:
+        for call in message.get("tool_calls") or []:
+            if isinstance(call, dict) and call.get("id"):
+                names[call["id"]] = (call.get("function") or {}).get("name", "")
+    for message in messages:
+        converted = dict(message)
+        if converted.get("role") == "tool" and not converted.get("name"):
+            name = names.get(converted.get("tool_call_id") or "")
+            if name:
+                converted["name"] = name
+        converted["content"] = content_text(message.get("content"))
+        calls = []
+        for call in message.get("tool_calls") or []:
+            function = dict(call.get("function") or {})
+            arguments = function.get("arguments")
+            if isinstance(arguments, str):
+                try:
+                    function["arguments"] = json.loads(arguments)
+                except json.JSONDecodeError:
+                    pass
+            calls.append({**call, "function": function})
+        if calls:
+            converted["tool_calls"] = calls
+        else:
+            converted.pop("tool_calls", None)
+        out.append(converted)
+    return out
+
+
+@dataclass
+class Segment:
+    """One token-exact trajectory of an episode, and the conversation it holds so far."""
+
+    trajectory: Trajectory
+    conversation: Conversation
+    turn_closed: bool = True  # its last reply ended with the end-of-turn token
+
+
+@dataclass
+class Plan:
+    """Where a request's prompt comes from: a segment it extends (``base``: that segment's
+    length when the request began), or a new segment (``segment`` None)."""
+
+    prompt_ids: list[int]
+    context_ids: list[int]  # appended with mask 0 before the reply
+    conversation: Conversation
+    segment: Segment | None = None
+    base: int = 0
+
+
+@dataclass
+class Episode:
+    """One session: its segments, its reward, its group."""
+
+    id: str
+    group_id: str = ""
+    segments: list[Segment] = field(default_factory=list)
+    reward: float | None = None
+    requests: int = 0
+
+    def plan(self, chat: Any, messages: list[dict[str, Any]], tools: list | None) -> Plan:
+        """The prompt for ``messages``: the longest segment they extend, else a new one."""
+        conversation = [message_key(m) for m in messages]
+        best: Segment | None = None
+        for segment in self.segments:
+            size = len(segment.conversation)
+            if len(conversation) > size and conversation[:size] == segment.conversation:
+                if best is None or size > len(best.conversation):
+                    best = segment
+        if best is None:
+            ids = chat.render_prompt(template_messages(messages), tools)
+            return Plan(list(ids), list(ids), conversation)
+        new = template_messages(messages)[len(best.conversation) :]
+        delta = chat.observation_delta(new, tools, closed=best.turn_closed)
+        ids = best.trajectory.ids
+        return Plan([*ids, *delta], delta, conversation, best, len(ids))
+
+    def record(self, plan: Plan, generation: Generation, reply: dict[str, Any], eot: set) -> None:
+        """Add the request's context and the sampled reply to its segment (a fork of it when
+        another request extended it meanwhile, a new segment when it extended none)."""
+        segment = plan.segment
+        if segment is None:
+            trajectory = Trajectory(group_id=self.group_id, sample_index=len(self.segments))
+            trajectory.append("prompt", plan.context_ids, sampled=False)
+            segment = Segment(trajectory, [])
+            self.segments.append(segment)
+        else:
+            if len(segment.trajectory.ids) != plan.base:  # extended meanwhile: fork it
+                segment = Segment(prefix_copy(segment.trajectory, plan.base), [])
+                segment.trajectory.sample_index = len(self.segments)
+                self.segments.append(segment)
+            segment.trajectory.append("observation", plan.context_ids, sampled=False)
+        ids = list(generation.token_ids)
+        segment.trajectory.append(
+            "assistant",
+            ids,
+            sampled=True,
+            logprobs=generation.logprobs,
+            finish_reason=generation.finish_reason,
+            policy_version=generation.policy_version,
+        )
+        segment.trajectory.token_exact = segment.trajectory.token_exact and generation.token_exact
+        segment.conversation = [*plan.conversation, message_key(reply)]
+        segment.turn_closed = bool(ids) and ids[-1] in eot
+        self.requests += 1
+
+    def trajectories(self) -> list[Trajectory]:
+        """The segments' trajectories, each carrying the episode's reward."""
+        out = []
+        for segment in self.segments:
+            segment.trajectory.reward = self.reward
+            segment.trajectory.meta["episode"] = self.id
+            out.append(segment.trajectory)
+        return out
+
+
+def prefix_copy(trajectory: Trajectory, length: int) -> Trajectory:
+    """A new trajectory holding the turns of ``trajectory`` that end by ``length``."""
+    copy = Trajectory(group_id=trajectory.group_id, task=dict(trajectory.task))
+    for turn in trajectory.turns:
+        if turn.end > length:
+            break
+        sampled = turn.sampled_ids is not None
+        logprobs = trajectory.logprobs[turn.start : turn.end]
+        copy.append(
+            turn.role,
+            trajectory.ids[turn.start : turn.end],
+            sampled=sampled,
+            logprobs=logprobs if sampled and None not in logprobs else None,
+            finish_reason=turn.finish_reason,
+            policy_version=turn.policy_version,
+        )
+    return copy

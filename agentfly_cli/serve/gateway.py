@@ -1,0 +1,218 @@
+"""The gateway's core: OpenAI chat completions over a token-in, token-out backend, captured.
+
+:class:`Gateway` takes an OpenAI ``/v1/chat/completions`` body, renders the prompt with the
+model's chat template (or extends the session's segment, see :mod:`.capture`), samples with the
+backend, parses the tool calls with the model's parser, and answers with an OpenAI reply. The
+HTTP side is :mod:`.app`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from agentfly_cli.rollout.backends.base import Generation, RequestContext, SamplingParams
+from agentfly_cli.serve.capture import Episode, Plan
+
+MAX_N = 16
+
+
+class RequestError(ValueError):
+    """A request the API refuses (HTTP 400), with the parameter at fault."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+@dataclass
+class Sampling:
+    """A request's sampling settings, checked."""
+
+    n: int
+    params: SamplingParams
+    tools: list | None
+    parse_calls: bool
+    stream: bool
+
+
+class Gateway:
+    """Chat completions for one model, each recorded in its session's :class:`Episode`."""
+
+    def __init__(
+        self, backend: Any, chat: Any, parser: Any, model_name: str, *, max_tokens: int = 1024
+    ) -> None:
+        self.backend, self.chat, self.parser = backend, chat, parser
+        self.model_name = model_name
+        self.max_tokens = max_tokens
+        self.episodes: dict[str, Episode] = {}
+        self._eot = set(chat.eot_token_ids)
+        self._stop_cache: dict[tuple[str, ...], tuple[int, ...]] = {}
+
+    # ---- sessions ---------------------------------------------------------------------------
+    def episode(self, session: str) -> Episode:
+        """The session's episode, opened on first use."""
+        episode = self.episodes.get(session)
+        if episode is None:
+            episode = self.episodes[session] = Episode(session, group_id=session)
+        return episode
+
+    def close_episode(self, session: str, reward: float | None = None) -> Episode | None:
+        """End a session: its episode (with ``reward`` set), no longer in the gateway."""
+        episode = self.episodes.pop(session, None)
+        if episode is not None and reward is not None:
+            episode.reward = reward
+        return episode
+
+    # ---- requests ---------------------------------------------------------------------------
+    def check(self, body: Any) -> tuple[list[dict[str, Any]], Sampling]:
+        """The request's messages and sampling settings; :class:`RequestError` when bad."""
+        if not isinstance(body, dict):
+            raise RequestError("the request body must be a JSON object")
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise RequestError("'messages' must be a non-empty list of messages", "messages")
+        for i, message in enumerate(messages):
+            if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+                raise RequestError(f"messages[{i}] must be an object with a 'role'", "messages")
+        n = _integer(body, "n", 1, 1, MAX_N)
+        key = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
+        max_tokens = _integer(body, key, self.max_tokens, 1)
+        temperature = _number(body, "temperature", 1.0, 0.0, 2.0)
+        top_p = _number(body, "top_p", 1.0, 0.0, 1.0)
+        if top_p == 0.0:
+            raise RequestError("'top_p' must be above 0", "top_p")
+        seed = body.get("seed")
+        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+            raise RequestError("'seed' must be an integer", "seed")
+        stops = body.get("stop") or []
+        if isinstance(stops, str):
+            stops = [stops]
+        if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops):
+            raise RequestError("'stop' must be a string or a list of strings", "stop")
+        tools = body.get("tools") or None
+        if tools is not None and not isinstance(tools, list):
+            raise RequestError("'tools' must be a list of tool definitions", "tools")
+        choice = body.get("tool_choice", "auto")
+        if choice not in ("auto", "none", "required") and not isinstance(choice, dict):
+            raise RequestError(
+                "'tool_choice' must be auto, none, required or a tool", "tool_choice"
+            )
+        params = SamplingParams(
+            max_tokens=max_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            stop_token_ids=(*self.chat.eot_token_ids, *self._stop_ids(stops)),
+            seed=seed,
+        )
+        stream = bool(body.get("stream", False))
+        return messages, Sampling(n, params, tools, choice != "none", stream)
+
+    async def complete(self, session: str | None, body: Any) -> dict[str, Any]:
+        """One ``/v1/chat/completions`` call; its choices recorded in ``session``'s episode
+        (an anonymous one-request session when None)."""
+        messages, sampling = self.check(body)
+        episode = self.episode(session or f"anon-{uuid.uuid4().hex}")
+        plans = [episode.plan(self.chat, messages, sampling.tools) for _ in range(sampling.n)]
+        if len(plans[0].prompt_ids) >= getattr(self.backend, "max_model_len", math.inf):
+            raise RequestError("the conversation is longer than the model's context", "messages")
+        generations = await asyncio.gather(
+            *(self._sample(plan, sampling, episode, i) for i, plan in enumerate(plans))
+        )
+        choices = []
+        for i, (plan, generation) in enumerate(zip(plans, generations, strict=True)):
+            message, finish = self.reply(generation, sampling.parse_calls)
+            episode.record(plan, generation, message, self._eot)
+            choices.append({"index": i, "message": message, "finish_reason": finish,
+                            "logprobs": None})  # fmt: skip
+        completion_tokens = sum(len(g.token_ids) for g in generations)
+        return {
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self.model_name,
+            "choices": choices,
+            "usage": {
+                "prompt_tokens": len(plans[0].prompt_ids),
+                "completion_tokens": completion_tokens,
+                "total_tokens": len(plans[0].prompt_ids) + completion_tokens,
+            },
+        }
+
+    async def _sample(
+        self, plan: Plan, sampling: Sampling, episode: Episode, index: int
+    ) -> Generation:
+        params = sampling.params
+        if params.seed is not None and index:
+            params = SamplingParams(**{**params.__dict__, "seed": params.seed + index})
+        context = RequestContext(0, index, episode.requests, episode.group_id, episode.id)
+        version = getattr(self.backend, "policy_version", 0)
+        generation = await self.backend.generate(plan.prompt_ids, params, context)
+        if generation.policy_version is None:
+            generation.policy_version = version
+        return generation
+
+    def reply(self, generation: Generation, parse_calls: bool) -> tuple[dict[str, Any], str]:
+        """The OpenAI assistant message for a generation, and its finish reason."""
+        ids = list(generation.token_ids)
+        body = ids[:-1] if ids and ids[-1] in self._eot else ids
+        text = self.chat.decode(body)
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        finish = "length" if generation.finish_reason == "length" else "stop"
+        if not parse_calls:
+            return message, finish
+        parsed = self.parser.parse(text)
+        if parsed.reasoning is not None:
+            message["reasoning_content"] = parsed.reasoning
+        message["content"] = parsed.content if parsed.content or not parsed.calls else None
+        if parsed.calls:
+            message["tool_calls"] = [
+                {
+                    "id": call.id or f"call_{uuid.uuid4().hex[:24]}",
+                    "type": "function",
+                    "function": {
+                        "name": call.name,
+                        "arguments": call.arguments
+                        if isinstance(call.arguments, str)
+                        else json.dumps(call.arguments),
+                    },
+                }
+                for call in parsed.calls
+            ]
+            finish = "tool_calls"
+        return message, finish
+
+    def _stop_ids(self, stops: list[str]) -> tuple[int, ...]:
+        key = tuple(stops)
+        if key not in self._stop_cache:
+            self._stop_cache[key] = tuple(self.chat.stop_token_ids(stops)) if stops else ()
+        return self._stop_cache[key]
+
+
+def _integer(body: dict, name: str, default: int, low: int, high: float = math.inf) -> int:
+    value = body.get(name, default)
+    if value is None:
+        return default
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        bound = f"from {low} to {high}" if high != math.inf else f"at least {low}"
+        raise RequestError(f"'{name}' must be an integer {bound}", name)
+    return value
+
+
+def _number(body: dict, name: str, default: float, low: float, high: float) -> float:
+    value = body.get(name, default)
+    if value is None:
+        return default
+    if (
+        not isinstance(value, (int, float))
+        or isinstance(value, bool)
+        or not math.isfinite(value)
+        or not low <= value <= high
+    ):
+        raise RequestError(f"'{name}' must be a number from {low:g} to {high:g}", name)
+    return float(value)

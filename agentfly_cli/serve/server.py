@@ -1,0 +1,50 @@
+"""Running the gateway's app on uvicorn: in the foreground (``agentfly serve``) or in a
+background thread (tests, ``agentfly train --agent``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+
+def uvicorn_server(app: Any, host: str, port: int) -> Any:
+    """A uvicorn server for ``app`` (quiet access log; errors still logged)."""
+    import uvicorn
+
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
+                            lifespan="off")  # fmt: skip
+    return uvicorn.Server(config)
+
+
+@contextlib.contextmanager
+def serving_in_thread(app: Any, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
+    """Serve ``app`` from a thread with its own event loop; yields ``http://host:port``
+    (port 0: a free one) and stops the server on exit."""
+    server = uvicorn_server(app, host, port)
+    loop = asyncio.new_event_loop()
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(server.serve())
+        except BaseException as exc:  # reported to the caller below
+            failed.append(exc)
+        finally:
+            loop.close()
+
+    thread = threading.Thread(target=run, name="agentfly-gateway", daemon=True)
+    thread.start()
+    while not server.started and thread.is_alive():
+        thread.join(0.01)
+    if not server.started:
+        raise RuntimeError(f"the gateway did not start on {host}:{port}: {failed or 'unknown'}")
+    bound = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://{host}:{bound}"
+    finally:
+        server.should_exit = True
+        thread.join(30)
