@@ -189,6 +189,15 @@ def _anchor_paths(data: dict[str, Any], base: Path) -> None:
     backend = data.get("backend")
     if isinstance(backend, dict) and "script" in backend:
         backend["script"] = anchor(backend["script"])
+    agent = data.get("agent")  # file.py:fn, or {entry: file.py:fn, ...}
+    entry = agent.get("entry") if isinstance(agent, dict) else agent
+    if isinstance(entry, str) and ".py:" in entry:
+        file, _, function = entry.rpartition(":")
+        anchored = f"{anchor(file)}:{function}"
+        if isinstance(agent, dict):
+            agent["entry"] = anchored
+        else:
+            data["agent"] = anchored
     chat = data.get("chat")
     if isinstance(chat, dict) and isinstance(chat.get("template"), str):
         if chat["template"].endswith(".jinja"):

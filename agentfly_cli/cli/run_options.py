@@ -42,6 +42,12 @@ RUN_OPTIONS: dict[str, tuple[Any, Any]] = {
         typer.Option(None, "--tools", help="Comma-separated tool names (or module:attr)."),
     ),
     "reward": (str | None, typer.Option(None, "--reward", help="Reward name (or module:attr).")),
+    "agent": (
+        str | None,
+        typer.Option(
+            None, "--agent", help="An agent program, file.py:fn, run through the gateway."
+        ),
+    ),
     "n": (int | None, typer.Option(None, "--n", help="Chains per task.", min=1)),
     "max_turns": (
         int | None,
@@ -136,6 +142,7 @@ def build_config(flags: RunFlags, *extra_sets: str):
         **{f"data.where.{k}": v for k, v in (parse_where(flags.get("where")) or {}).items()},
         "tools": flags.get("tools"),
         "reward": flags.get("reward"),
+        "agent.entry": flags.get("agent"),
         "rollout.n": flags.get("n"),
         "rollout.max_turns": flags.get("max_turns"),
         "chat.template": flags.get("template"),

@@ -11,8 +11,8 @@ from agentfly_cli.cli.run_options import RunFlags, build_config, with_run_option
 
 DEFAULT_RECIPE = "calculator"
 # every shared option but the rollout-only ones (train's --out is a run folder, not a file)
-TRAIN_OPTIONS = ("spec", "model", "backend", "data", "tools", "reward", "n", "max_turns", "limit")
-TRAIN_OPTIONS += ("where", "template", "parser", "sets")
+TRAIN_OPTIONS = ("spec", "model", "backend", "data", "tools", "reward", "agent", "n")
+TRAIN_OPTIONS += ("max_turns", "limit", "where", "template", "parser", "sets")
 
 
 @handle_errors

@@ -90,6 +90,7 @@ class ResolvedRun:
     reward: Any
     envs: ResourceManager  # the env pools' settings and options, checked; nothing started
     resolve_s: float = 0.0
+    agent: Any = None  # the agent function, when the run has an ``agent``
 
     @property
     def model_path(self) -> str:
@@ -170,6 +171,11 @@ def resolve_run(
         config.chat.chat_template_kwargs or None,
     )
     parser = get_parser(config.chat.parser or chat.default_parser, config.chat.parser_options)
+    agent = None
+    if config.agent is not None:
+        from agentfly_cli.serve.agent_engine import load_agent
+
+        agent = load_agent(config.agent.entry)
     return ResolvedRun(
         config,
         tasks,
@@ -181,6 +187,7 @@ def resolve_run(
         reward,
         envs,
         time.perf_counter() - started,
+        agent,
     )
 
 
@@ -189,18 +196,27 @@ def assemble(resolved: ResolvedRun, backend: Any) -> RolloutRun:
     started = time.perf_counter()
     config, chat = resolved.config, resolved.chat
     tokenizer_source = resolved.backend_config.tokenizer or resolved.model_path
-    engine = RolloutEngine(
-        backend,
-        chat,
-        resolved.parser,
-        resolved.tools,
-        resolved.reward,
-        config.rollout,
-        system_prompt=config.chat.system_prompt,
-        examples=config.chat.examples,
-        env_manager=resolved.envs,
-        meta={"tokenizer": tokenizer_source, "template": chat.name, "backend": config.backend.name},
-    )
+    meta = {"tokenizer": tokenizer_source, "template": chat.name, "backend": config.backend.name}
+    if config.agent is not None:  # an agent program, through the gateway
+        from agentfly_cli.serve.agent_engine import AgentEngine
+
+        engine: Any = AgentEngine(
+            backend, chat, resolved.parser, resolved.agent, resolved.reward, config.rollout,
+            config.agent, env_manager=resolved.envs, meta={**meta, "agent": config.agent.entry},
+        )  # fmt: skip
+    else:
+        engine = RolloutEngine(
+            backend,
+            chat,
+            resolved.parser,
+            resolved.tools,
+            resolved.reward,
+            config.rollout,
+            system_prompt=config.chat.system_prompt,
+            examples=config.chat.examples,
+            env_manager=resolved.envs,
+            meta=meta,
+        )
     info = {
         "model": resolved.model_path,
         "backend": config.backend.name,

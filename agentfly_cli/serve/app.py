@@ -52,7 +52,7 @@ def build_app(gateway: Gateway, on_episode: Any = None) -> Any:
         try:
             reply = await gateway.complete(session, body)
         except RequestError as exc:
-            return error(str(exc), param=exc.param)
+            return error(str(exc), status=exc.status, param=exc.param)
         if isinstance(body, dict) and body.get("stream"):
             return StreamingResponse(_events(reply), media_type="text/event-stream")
         return JSONResponse(reply)

@@ -25,9 +25,17 @@ MAX_N = 16
 class RequestError(ValueError):
     """A request the API refuses (HTTP 400), with the parameter at fault."""
 
+    status = 400
+
     def __init__(self, message: str, param: str | None = None) -> None:
         super().__init__(message)
         self.param = param
+
+
+class SessionEnded(RequestError):
+    """A request to a session that has ended (HTTP 409)."""
+
+    status = 409
 
 
 @dataclass
@@ -45,26 +53,47 @@ class Gateway:
     """Chat completions for one model, each recorded in its session's :class:`Episode`."""
 
     def __init__(
-        self, backend: Any, chat: Any, parser: Any, model_name: str, *, max_tokens: int = 1024
+        self,
+        backend: Any,
+        chat: Any,
+        parser: Any,
+        model_name: str,
+        *,
+        max_tokens: int = 1024,
+        sampling: Any = None,
+        max_prompt_tokens: int | None = None,
     ) -> None:
+        """``sampling`` (RolloutSettings): its temperature, top_p and top_k replace the
+        requests', and its max_tokens_per_turn caps theirs (training). ``max_prompt_tokens``:
+        a longer conversation is refused."""
         self.backend, self.chat, self.parser = backend, chat, parser
         self.model_name = model_name
         self.max_tokens = max_tokens
+        self.sampling = sampling
+        self.max_prompt_tokens = max_prompt_tokens
         self.episodes: dict[str, Episode] = {}
+        self.sampled_tokens = 0
+        self._closed: dict[str, None] = {}  # ended sessions (ordered; the newest kept)
         self._eot = set(chat.eot_token_ids)
         self._stop_cache: dict[tuple[str, ...], tuple[int, ...]] = {}
 
     # ---- sessions ---------------------------------------------------------------------------
     def episode(self, session: str) -> Episode:
-        """The session's episode, opened on first use."""
+        """The session's episode, opened on first use; an ended session is refused."""
         episode = self.episodes.get(session)
         if episode is None:
+            if session in self._closed:
+                raise SessionEnded(f"session {session!r} has ended; start a new one")
             episode = self.episodes[session] = Episode(session, group_id=session)
         return episode
 
     def close_episode(self, session: str, reward: float | None = None) -> Episode | None:
-        """End a session: its episode (with ``reward`` set), no longer in the gateway."""
+        """End a session: its episode (with ``reward`` set), no longer in the gateway; later
+        requests to it are refused (an agent that outlived its episode)."""
         episode = self.episodes.pop(session, None)
+        self._closed[session] = None
+        if len(self._closed) > 100_000:
+            self._closed.pop(next(iter(self._closed)))
         if episode is not None and reward is not None:
             episode.reward = reward
         return episode
@@ -103,10 +132,16 @@ class Gateway:
             raise RequestError(
                 "'tool_choice' must be auto, none, required or a tool", "tool_choice"
             )
+        top_k = 0
+        if self.sampling is not None:  # training: RL explores with the rollout's settings
+            rollout = self.sampling
+            temperature, top_p, top_k = rollout.temperature, rollout.top_p, rollout.top_k
+            max_tokens = min(max_tokens, rollout.max_tokens_per_turn)
         params = SamplingParams(
             max_tokens=max_tokens,
             temperature=temperature,
             top_p=top_p,
+            top_k=top_k,
             stop_token_ids=(*self.chat.eot_token_ids, *self._stop_ids(stops)),
             seed=seed,
         )
@@ -119,8 +154,13 @@ class Gateway:
         messages, sampling = self.check(body)
         episode = self.episode(session or f"anon-{uuid.uuid4().hex}")
         plans = [episode.plan(self.chat, messages, sampling.tools) for _ in range(sampling.n)]
-        if len(plans[0].prompt_ids) >= getattr(self.backend, "max_model_len", math.inf):
-            raise RequestError("the conversation is longer than the model's context", "messages")
+        limit = self.max_prompt_tokens or getattr(self.backend, "max_model_len", math.inf)
+        if len(plans[0].prompt_ids) >= limit:
+            raise RequestError(
+                f"the conversation ({len(plans[0].prompt_ids)} tokens) does not fit the "
+                f"context ({limit} tokens)",
+                "messages",
+            )
         generations = await asyncio.gather(
             *(self._sample(plan, sampling, episode, i) for i, plan in enumerate(plans))
         )
@@ -131,6 +171,7 @@ class Gateway:
             choices.append({"index": i, "message": message, "finish_reason": finish,
                             "logprobs": None})  # fmt: skip
         completion_tokens = sum(len(g.token_ids) for g in generations)
+        self.sampled_tokens += completion_tokens
         return {
             "id": f"chatcmpl-{uuid.uuid4().hex}",
             "object": "chat.completion",

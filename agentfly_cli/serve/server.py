@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 
@@ -48,3 +48,30 @@ def serving_in_thread(app: Any, host: str = "127.0.0.1", port: int = 0) -> Itera
     finally:
         server.should_exit = True
         thread.join(30)
+
+
+@contextlib.asynccontextmanager
+async def serving_in_loop(app: Any, host: str = "127.0.0.1") -> AsyncIterator[str]:
+    """Serve ``app`` on a free port from the running event loop (the loop that drives the
+    backend); yields ``http://host:port``, and stops the server on exit."""
+    import socket
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, 0))
+    sock.listen(2048)
+    server = uvicorn_server(app, host, 0)
+    task = asyncio.get_running_loop().create_task(server.serve(sockets=[sock]))
+    try:
+        while not server.started:
+            if task.done():
+                task.result()  # its error
+                raise RuntimeError("the gateway stopped before it started")
+            await asyncio.sleep(0.005)
+        yield f"http://{host}:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        try:
+            await asyncio.wait_for(task, 30)
+        finally:
+            sock.close()

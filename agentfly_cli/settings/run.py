@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from agentfly_cli.settings.agent import AgentSettings
 from agentfly_cli.settings.chat import ObservationSettings
 from agentfly_cli.settings.envs import EnvPoolSettings
 from agentfly_cli.settings.rollout import BackendSettings, RolloutSettings
@@ -114,6 +115,16 @@ class RunSettings(BaseModel):
         default_factory=dict, description="per env name: provider, pool server, pool limits"
     )
     out: str | None = Field(None, description="trajectory JSONL to write")
+    agent: AgentSettings | None = Field(
+        None,
+        description="an agent program run through the gateway instead of the turn loop (its "
+        "tools are its own); a file.py:fn string also works",
+    )
+
+    @field_validator("agent", mode="before")
+    @classmethod
+    def _agent_shorthand(cls, value: Any) -> Any:
+        return {"entry": value} if isinstance(value, str) else value
 
     @field_validator("reward", mode="before")
     @classmethod

@@ -38,3 +38,21 @@ def check_world_size(settings: Any, world: int) -> None:
             f"trainer.tasks_per_step ({settings.tasks_per_step}) must split evenly "
             f"over the {world} ranks; make it a multiple of {world}"
         )
+
+
+def check_agent(config: Any) -> None:
+    """An agent program trains in sync mode, sampled with the rollout's settings (the trainer's
+    log-probabilities use ``rollout.temperature``)."""
+    agent = config.agent
+    if agent is None:
+        return
+    if agent.sampling != "rollout":
+        raise UserError(
+            "agent.sampling: agent cannot train: the trainer's log-probabilities assume "
+            "rollout.temperature, top_p and top_k; use agent.sampling: rollout"
+        )
+    if config.trainer.mode == "async":
+        raise UserError(
+            "trainer.mode: async does not run agent programs yet (an episode may give several "
+            "segments); train the agent with trainer.mode: sync"
+        )

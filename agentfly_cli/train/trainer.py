@@ -23,7 +23,12 @@ from agentfly_cli.train import distributed
 from agentfly_cli.train.async_rollouts import skipped_groups_note
 from agentfly_cli.train.checkpoint import CheckpointManager
 from agentfly_cli.train.logprobs import auto_chunk_size, logprob_temperature, split_model
-from agentfly_cli.train.run_checks import check_group_size, check_reward, check_world_size
+from agentfly_cli.train.run_checks import (
+    check_agent,
+    check_group_size,
+    check_reward,
+    check_world_size,
+)
 from agentfly_cli.train.signal_watch import FlatRewardWatch
 from agentfly_cli.train.step_batch import StepBatch
 from agentfly_cli.train.step_progress import StepProgress
@@ -93,6 +98,7 @@ class Trainer:
 
         check_group_size(self.advantage_fn, self.algo, self.config.rollout.n)
         check_reward(self.config, self.components["reward"])
+        check_agent(self.config)
 
         if self.host is None:
             from agentfly_cli.plugins import get_plugin_host

@@ -1,0 +1,185 @@
+"""Rollouts by an agent program: each chain is one run of ``fn(task, base_url)`` against the
+gateway, and its session's segments are the chain's trajectories.
+
+:class:`AgentEngine` stands where :class:`~agentfly_cli.rollout.engine.RolloutEngine` stands
+(``run``, ``backend``, ``envs``, ``settings``, ``chat``, ``sampled_tokens``), so ``agentfly
+rollout``, ``eval`` and ``train`` run agents as they run recipes. Each ``run`` serves the
+gateway on a free local port, in the same event loop as the backend, for as long as it lasts.
+An agent that raises, or outlives ``agent.timeout_s``, is data: its segments keep the error and
+score 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from agentfly_cli.deadlines import within
+from agentfly_cli.errors import UserError
+from agentfly_cli.rollout.trajectory import Trajectory
+from agentfly_cli.serve.gateway import Gateway
+
+log = logging.getLogger(__name__)
+
+
+def load_agent(entry: str) -> Callable[..., Any]:
+    """The agent function named by ``entry`` (``file.py:fn`` or ``module:fn``), checked."""
+    from agentfly_cli.loading import load_object
+
+    fn = load_object(entry)
+    if not callable(fn):
+        raise UserError(
+            f"agent {entry!r} is not a function; give file.py:fn with fn(task, base_url)"
+        )
+    try:
+        inspect.signature(fn).bind({}, "http://x/v1")
+    except TypeError:
+        raise UserError(
+            f"agent {entry!r} must take (task, base_url): the task row and the OpenAI base URL "
+            "of its session"
+        ) from None
+    except ValueError:  # a builtin without a signature: let the call decide
+        pass
+    return fn
+
+
+class AgentEngine:
+    """Runs ``rollout.n`` episodes of the agent per task, concurrently, through the gateway."""
+
+    def __init__(
+        self,
+        backend: Any,
+        chat: Any,
+        parser: Any,
+        agent: Callable[..., Any],
+        reward: Any,
+        settings: Any,
+        agent_settings: Any,
+        *,
+        env_manager: Any,
+        meta: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.backend, self.chat, self.parser = backend, chat, parser
+        self.agent, self.reward = agent, reward
+        self.settings, self.agent_settings = settings, agent_settings
+        self.envs = env_manager  # the agent brings its own tools: no pool is used
+        self.meta = dict(meta or {})
+        sampling = settings if agent_settings.sampling == "rollout" else None
+        self.gateway = Gateway(
+            backend, chat, parser, "agentfly", max_tokens=settings.max_tokens_per_turn,
+            sampling=sampling, max_prompt_tokens=settings.max_total_tokens,
+        )  # fmt: skip
+        self._threads: ThreadPoolExecutor | None = None
+        self._slots: tuple[Any, asyncio.Semaphore] | None = None
+
+    @property
+    def sampled_tokens(self) -> int:
+        return self.gateway.sampled_tokens
+
+    async def run(
+        self,
+        tasks: Sequence[Mapping[str, Any]],
+        *,
+        batch_id: str = "b0",
+        on_finish: Callable[[Trajectory], Any] | None = None,
+        task_offset: int = 0,
+        n: int | None = None,
+    ) -> list[Trajectory]:
+        """``n`` (default ``rollout.n``) episodes per task; their segments, by task, then by
+        episode. ``on_finish`` gets each segment as its episode ends."""
+        from agentfly_cli.serve.app import build_app
+        from agentfly_cli.serve.server import serving_in_loop
+
+        n = self.settings.n if n is None else n
+        async with serving_in_loop(build_app(self.gateway)) as url:
+            episodes = [
+                self._episode(url, tasks[i], i + task_offset, s, batch_id, on_finish)
+                for i in range(len(tasks))
+                for s in range(n)
+            ]
+            results = await asyncio.gather(*episodes)
+        return [t for segments in results for t in segments]
+
+    async def _episode(
+        self, url: str, task: Mapping[str, Any], index: int, sample: int, batch_id: str, on_finish
+    ) -> list[Trajectory]:
+        session = f"{batch_id}-{index}-{sample}-{uuid.uuid4().hex[:8]}"
+        result, error = None, None
+        async with self._slots_for_loop():
+            try:
+                result = await within(self._call(dict(task), f"{url}/s/{session}/v1"),
+                                      self.agent_settings.timeout_s)  # fmt: skip
+            except asyncio.TimeoutError:
+                error = (
+                    f"AgentTimeout: the agent did not finish within "
+                    f"{self.agent_settings.timeout_s:g} s (agent.timeout_s)"
+                )
+            except Exception as exc:  # the agent's own failure is data
+                error = f"{type(exc).__name__}: {exc}"
+        episode = self.gateway.close_episode(session)
+        segments = episode.trajectories() if episode is not None else []
+        if not segments:
+            log.warning(
+                "agent episode %s made no request%s", session, f" ({error})" if error else ""
+            )
+            return []
+        reward, prediction, extras = await self._reward(result, error, segments[-1], task)
+        for k, trajectory in enumerate(segments):
+            trajectory.group_id = f"{batch_id}:{index}"
+            trajectory.task_index, trajectory.sample_index = index, sample
+            trajectory.task = dict(task)
+            trajectory.meta.update(self.meta, segment=k, segments=len(segments))
+            trajectory.finish_reason = "abort" if error else "answer"
+            trajectory.error = error
+            trajectory.reward, trajectory.prediction = reward, prediction
+            trajectory.reward_extras = dict(extras)
+            if on_finish is not None:
+                on_finish(trajectory)
+        return segments
+
+    async def _call(self, task: dict[str, Any], base_url: str) -> Any:
+        if inspect.iscoroutinefunction(self.agent):
+            return await self.agent(task, base_url)
+        loop = asyncio.get_running_loop()
+        result = await loop.run_in_executor(self._executor(), self.agent, task, base_url)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+    async def _reward(self, result: Any, error: str | None, last: Trajectory, task: Mapping):
+        """The episode's reward: 0 when the agent failed, the number it returned, or the run's
+        reward of the answer it returned."""
+        if error is not None:
+            return 0.0, None, {"error": error}
+        if isinstance(result, (int, float)) and not isinstance(result, bool):
+            return float(result), None, {}
+        prediction = None if result is None else str(result)
+        if self.reward is None:
+            raise UserError(
+                "the agent returned an answer but the run has no reward to score it: add "
+                "--reward, or return a number from the agent"
+            )
+        last.prediction = prediction
+        scored = await self.reward.score(prediction, last, dict(task))
+        extras = dict(scored.extras)
+        if scored.failed:
+            extras["error"] = scored.error
+        return float(scored.reward), prediction, extras
+
+    def _executor(self) -> ThreadPoolExecutor:
+        if self._threads is None:
+            self._threads = ThreadPoolExecutor(
+                self.agent_settings.concurrency, thread_name_prefix="agentfly-agent"
+            )
+        return self._threads
+
+    def _slots_for_loop(self) -> asyncio.Semaphore:
+        loop = asyncio.get_running_loop()
+        if self._slots is None or self._slots[0] is not loop:
+            self._slots = (loop, asyncio.Semaphore(self.agent_settings.concurrency))
+        return self._slots[1]
