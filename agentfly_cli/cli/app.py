@@ -12,6 +12,7 @@ import typer
 from agentfly_cli import __version__, settings
 from agentfly_cli.cli import (
     backends_cmd,
+    doctor_cmd,
     env_cmd,
     envs_cmd,
     models_cmd,
@@ -85,6 +86,7 @@ def build_app(*, with_plugin_commands: bool = True) -> typer.Typer:
     app.command("sft")(sft_cmd.sft)
     app.command("export")(train_cmd.export)
     app.command("serve")(serve_cmd.serve)
+    app.command("doctor")(doctor_cmd.doctor)
     if with_plugin_commands:
         get_plugin_host().add_commands(app)
     return app

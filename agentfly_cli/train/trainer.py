@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentfly_cli.chat.doctor import training_notes
 from agentfly_cli.errors import UserError
 from agentfly_cli.rollout.outcome import check_some_chain_ran
 from agentfly_cli.rollout.trajectory import Trajectory
@@ -193,7 +194,7 @@ class Trainer:
                     await self._sync_weights(self.start_step)
                 with telemetry:
                     if main:
-                        for note in self.tasks.notes:
+                        for note in [*self.tasks.notes, *training_notes(self.chat)]:
                             telemetry.warn(note)
                         if settings.mode == "sync" and self._resumed_pending:
                             telemetry.warn(skipped_groups_note(len(self._resumed_pending)))
