@@ -151,10 +151,23 @@ def test_bad_agents_are_one_line_errors(recipe, agents, tmp_path, agent, message
     assert message in result.output and "Traceback" not in result.output
 
 
-def test_training_an_agent_asynchronously_is_refused_with_one_line(recipe, agents):  # noqa: F811
-    result = cli(recipe, f"{agents}:chatty", "train", "--steps", "1", "--quiet",
-                 "--set", "trainer.mode=async")  # fmt: skip
-    assert result.exit_code == 2 and "trainer.mode: sync" in result.output
+def test_an_agent_trains_asynchronously_within_the_staleness_bound(recipe, agents, tmp_path):  # noqa: F811
+    run_dir = tmp_path / "run"
+    result = cli(recipe, f"{agents}:chatty", "train", "--out", str(run_dir), "--quiet",
+                 "--steps", "3", "--set", "trainer.mode=async",
+                 "--set", "trainer.max_staleness=1")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines] == [1, 2, 3]
+    assert all(line["async/staleness_max"] <= 1 for line in lines)
+    for step in (1, 2, 3):
+        trajectories = read_trajectories(run_dir / "trajectories" / f"step-00000{step}.jsonl")
+        assert len(trajectories) == 2 * 3  # whole groups: 3 episodes of each of 2 tasks
+        versions = {t.policy_version for tr in trajectories for t in tr.turns if t.sampled_ids}
+        assert versions <= {step - 2, step - 1}, (step, versions)
+
+
+def test_training_with_the_agents_own_sampling_is_refused_with_one_line(recipe, agents):  # noqa: F811
     sampled = cli(recipe, f"{agents}:chatty", "train", "--steps", "1", "--quiet",
                   "--set", "agent.sampling=agent")  # fmt: skip
     assert sampled.exit_code == 2 and "agent.sampling: rollout" in sampled.output

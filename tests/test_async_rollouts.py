@@ -222,3 +222,39 @@ def test_running_out_of_tasks_is_a_clear_error_not_a_hang():
 
     with pytest.raises(Exception, match="ran out of training tasks"):
         asyncio.run(scenario())
+
+
+def test_agent_episodes_count_once_and_a_group_short_of_chains_still_arrives():
+    """An agent episode gives several segments (numbered in meta) and counts as one chain; an
+    episode that gave no trajectory leaves its group short, delivered when the batch ends."""
+
+    async def run_batch(batch, picked, on_finish):
+        out = []
+        for position, _ in picked:
+            samples = range(2) if position % 2 == 0 else range(1)  # odd tasks: one episode lost
+            for sample in samples:
+                for segment in range(3):
+                    trajectory = chain(position, sample, [0])
+                    trajectory.meta.update(segment=segment, segments=3)
+                    out.append(trajectory)
+                    on_finish(trajectory)
+                    await asyncio.sleep(0.02)  # segments may arrive apart
+        return out
+
+    async def one_step():
+        producer = RolloutProducer(
+            run_batch, tasks(2), tasks_per_step=2, n=2, max_staleness=0, wait_timeout_s=5
+        )
+        producer.start()
+        try:
+            taken = await producer.take(2)
+            return taken, {g.position: len(g.trajectories) for g in taken.groups}
+        finally:
+            await producer.close()
+
+    taken, sizes = asyncio.run(one_step())  # sizes as the trainer got them
+    assert sizes == {0: 6, 1: 3}  # 2 episodes x 3 segments; 1 episode x 3 segments
+    [even] = [g for g in taken.groups if g.position == 0]
+    assert [(t.sample_index, t.meta["segment"]) for t in even.trajectories] == [
+        (s, k) for s in range(2) for k in range(3)
+    ]

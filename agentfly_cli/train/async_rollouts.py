@@ -60,6 +60,12 @@ class TaskGroup:
         return min(known) if known else None
 
 
+def chains_done(group: list[Trajectory]) -> int:
+    """Finished chains among ``group``'s trajectories: each one, except that an agent episode
+    (several segments, numbered in ``meta``) counts once, with its last segment."""
+    return sum(1 for t in group if t.meta.get("segment", 0) == t.meta.get("segments", 1) - 1)
+
+
 @dataclass
 class Taken:
     """What the trainer got for one step."""
@@ -248,19 +254,27 @@ class RolloutProducer:
         for i, (position, row) in enumerate(picked):
             self._pending[first_order + i] = {"position": position, "task": dict(row)}
         chains: dict[int, list[Trajectory]] = collections.defaultdict(list)
+        done: set[int] = set()
+
+        def finish(position: int) -> None:
+            group = chains[position]
+            group.sort(key=lambda t: (t.sample_index, t.meta.get("segment", 0)))
+            done.add(position)
+            self._finished.append(TaskGroup(first_order + position_of[position], position, group))
+            self._changed.set()
 
         def on_finish(trajectory: Trajectory) -> None:
             group = chains[trajectory.task_index]
             group.append(trajectory)
-            if len(group) == self.n:
-                order = first_order + position_of[trajectory.task_index]
-                group.sort(key=lambda t: t.sample_index)
-                self._finished.append(TaskGroup(order, trajectory.task_index, group))
-                self._changed.set()
+            if chains_done(group) == self.n:
+                finish(trajectory.task_index)
 
         self._running(+1)
         try:
             await self._run_batch(batch, picked, on_finish)
+            for position, _ in picked:  # an agent episode may give no trajectory at all
+                if position not in done:
+                    finish(position)
         except asyncio.CancelledError:
             raise
         except BaseException as exc:

@@ -41,7 +41,7 @@ def check_world_size(settings: Any, world: int) -> None:
 
 
 def check_agent(config: Any) -> None:
-    """An agent program trains in sync mode, sampled with the rollout's settings (the trainer's
+    """An agent program trains sampled with the rollout's settings (the trainer's
     log-probabilities use ``rollout.temperature``)."""
     agent = config.agent
     if agent is None:
@@ -50,9 +50,4 @@ def check_agent(config: Any) -> None:
         raise UserError(
             "agent.sampling: agent cannot train: the trainer's log-probabilities assume "
             "rollout.temperature, top_p and top_k; use agent.sampling: rollout"
-        )
-    if config.trainer.mode == "async":
-        raise UserError(
-            "trainer.mode: async does not run agent programs yet (an episode may give several "
-            "segments); train the agent with trainer.mode: sync"
         )
