@@ -206,3 +206,15 @@ def test_real_templates_keep_the_invariant_over_an_agent_episode(realdata):
         if think:  # the model's thinking stays in its context, as sampled
             assert "Use the tool." in chat.decode(sent_second[len(sent_first) :])
             assert second["choices"][0]["message"]["reasoning_content"].strip() == "Use the tool."
+
+
+def test_stop_strings_are_cut_from_the_text_but_kept_in_the_tokens(tiny_chat):
+    gateway = gateway_for(tiny_chat, ["CALC: 2+2\nrest", "ANSWER: 4"])
+    messages = [{"role": "user", "content": "2 + 2?"}]
+    first = run(gateway.complete("s", {"messages": messages, "stop": ["\n"]}))
+    assert first["choices"][0]["message"]["content"] == "CALC: 2+2"
+    messages += [first["choices"][0]["message"], {"role": "user", "content": "RESULT: 4"}]
+    run(gateway.complete("s", {"messages": messages, "stop": "\n"}))
+    [segment] = gateway.episodes["s"].segments  # the cut reply, echoed, still extends it
+    segment.trajectory.check()
+    assert "rest" in tiny_chat.decode(segment.trajectory.turns[1].sampled_ids)

@@ -47,6 +47,7 @@ class Sampling:
     tools: list | None
     parse_calls: bool
     stream: bool
+    stops: tuple[str, ...] = ()  # the request's stop strings: cut from the reply's text
 
 
 class Gateway:
@@ -146,7 +147,7 @@ class Gateway:
             seed=seed,
         )
         stream = bool(body.get("stream", False))
-        return messages, Sampling(n, params, tools, choice != "none", stream)
+        return messages, Sampling(n, params, tools, choice != "none", stream, tuple(stops))
 
     async def complete(self, session: str | None, body: Any) -> dict[str, Any]:
         """One ``/v1/chat/completions`` call; its choices recorded in ``session``'s episode
@@ -166,7 +167,7 @@ class Gateway:
         )
         choices = []
         for i, (plan, generation) in enumerate(zip(plans, generations, strict=True)):
-            message, finish = self.reply(generation, sampling.parse_calls)
+            message, finish = self.reply(generation, sampling.parse_calls, sampling.stops)
             episode.record(plan, generation, message, self._eot)
             choices.append({"index": i, "message": message, "finish_reason": finish,
                             "logprobs": None})  # fmt: skip
@@ -198,11 +199,17 @@ class Gateway:
             generation.policy_version = version
         return generation
 
-    def reply(self, generation: Generation, parse_calls: bool) -> tuple[dict[str, Any], str]:
-        """The OpenAI assistant message for a generation, and its finish reason."""
+    def reply(
+        self, generation: Generation, parse_calls: bool, stops: tuple[str, ...] = ()
+    ) -> tuple[dict[str, Any], str]:
+        """The OpenAI assistant message for a generation, and its finish reason. As OpenAI does,
+        the text ends before a stop string (the recorded ids keep the token that held it)."""
         ids = list(generation.token_ids)
         body = ids[:-1] if ids and ids[-1] in self._eot else ids
         text = self.chat.decode(body)
+        cuts = [text.find(stop) for stop in stops if stop in text]
+        if cuts:
+            text = text[: min(cuts)]
         message: dict[str, Any] = {"role": "assistant", "content": text}
         finish = "length" if generation.finish_reason == "length" else "stop"
         if not parse_calls:
