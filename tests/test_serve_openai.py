@@ -147,6 +147,8 @@ def test_agentfly_serve_runs_records_and_refuses_bad_input(tiny_model, tmp_path)
                 assert time.monotonic() < deadline, "the server never answered"
                 time.sleep(0.2)
         assert reply.usage.completion_tokens <= 8
+        plain = openai.OpenAI(base_url=f"{url}/v1", api_key="none")  # no session: one request
+        plain.chat.completions.create(model="m", messages=[{"role": "user", "content": "yo"}])
         ended = httpx.post(f"{url}/sessions/run-1/end", json={"reward": 0.25}).json()
         assert ended["reward"] == 0.25
         taken = httpx.post(f"{url}/v1/chat/completions", json={"messages": [], "stream": True})
@@ -158,9 +160,10 @@ def test_agentfly_serve_runs_records_and_refuses_bad_input(tiny_model, tmp_path)
     finally:
         server.send_signal(signal.SIGINT)
         server.wait(30)
-    [trajectory] = read_trajectories(record)
+    anonymous, trajectory = read_trajectories(record)  # written as each episode ended
     trajectory.check()
     assert trajectory.reward == 0.25 and trajectory.meta["episode"] == "run-1"
+    assert anonymous.meta["episode"].startswith("anon-") and anonymous.num_turns == 1
     bad_port = subprocess.run([*command[:6], "--port", "70000"], capture_output=True, text=True,
                               env=env, timeout=120)  # fmt: skip
     assert bad_port.returncode == 2 and "--port must be" in bad_port.stderr

@@ -21,7 +21,8 @@ from agentfly_cli.serve.gateway import Gateway, RequestError
 
 
 def build_app(gateway: Gateway, on_episode: Any = None) -> Any:
-    """The Starlette app over ``gateway``; ``on_episode(episode)`` gets each ended episode."""
+    """The Starlette app over ``gateway``; ``on_episode(episode)`` gets each ended episode
+    (a session ended with ``/sessions/{id}/end``, or a request made without a session)."""
     try:
         from starlette.applications import Starlette
         from starlette.requests import Request
@@ -73,8 +74,6 @@ def build_app(gateway: Gateway, on_episode: Any = None) -> Any:
         episode = gateway.close_episode(session, reward)
         if episode is None:
             return error(f"no open session {session!r}", status=404)
-        if on_episode is not None:
-            on_episode(episode)
         return JSONResponse(
             {"session": session, "reward": episode.reward,
              "trajectories": [t.to_dict() for t in episode.trajectories()]}
@@ -86,6 +85,8 @@ def build_app(gateway: Gateway, on_episode: Any = None) -> Any:
              for e in gateway.episodes.values()]
         )  # fmt: skip
 
+    if on_episode is not None:
+        gateway.on_close = on_episode
     routes = [
         Route("/v1/models", models),
         Route("/s/{session}/v1/models", models),

@@ -73,6 +73,7 @@ class Gateway:
         self.sampling = sampling
         self.max_prompt_tokens = max_prompt_tokens
         self.episodes: dict[str, Episode] = {}
+        self.on_close: Any = None  # called with each episode that ends (e.g. to write it)
         self.sampled_tokens = 0
         self._closed: dict[str, None] = {}  # ended sessions (ordered; the newest kept)
         self._eot = set(chat.eot_token_ids)
@@ -97,6 +98,8 @@ class Gateway:
             self._closed.pop(next(iter(self._closed)))
         if episode is not None and reward is not None:
             episode.reward = reward
+        if episode is not None and self.on_close is not None:
+            self.on_close(episode)
         return episode
 
     # ---- requests ---------------------------------------------------------------------------
@@ -151,10 +154,10 @@ class Gateway:
 
     async def complete(self, session: str | None, body: Any) -> dict[str, Any]:
         """One ``/v1/chat/completions`` call; its choices recorded in ``session``'s episode
-        (an anonymous one-request session when None)."""
+        (when None, a one-request episode that ends with the request)."""
         messages, sampling = self.check(body)
         episode = self.episode(session or f"anon-{uuid.uuid4().hex}")
-        plans = [episode.plan(self.chat, messages, sampling.tools) for _ in range(sampling.n)]
+        plans = [episode.plan(self.chat, messages, sampling.tools)] * sampling.n  # one prompt
         limit = self.max_prompt_tokens or getattr(self.backend, "max_model_len", math.inf)
         if len(plans[0].prompt_ids) >= limit:
             raise RequestError(
@@ -173,6 +176,8 @@ class Gateway:
                             "logprobs": None})  # fmt: skip
         completion_tokens = sum(len(g.token_ids) for g in generations)
         self.sampled_tokens += completion_tokens
+        if session is None:  # no session URL: a one-request episode, ended at once
+            self.close_episode(episode.id)
         return {
             "id": f"chatcmpl-{uuid.uuid4().hex}",
             "object": "chat.completion",
