@@ -181,6 +181,9 @@ def test_n_choices_are_separate_segments_of_one_group(tiny_chat):
         ({"messages": [{"role": "user", "content": "x"}], "max_tokens": -1}, "max_tokens"),
         ({"messages": [{"role": "user", "content": "x"}], "stop": [1]}, "stop"),
         ({"messages": [{"role": "user", "content": "x"}], "tool_choice": "always"}, "tool_choice"),
+        ({"messages": [{"role": "user", "content": 3}]}, "messages"),
+        ({"messages": [{"role": "assistant", "content": "", "tool_calls": "x"}]}, "messages"),
+        ({"messages": [{"role": "assistant", "tool_calls": [{"function": 1}]}]}, "messages"),
     ],
 )
 def test_bad_requests_name_the_parameter(tiny_chat, body, param):
@@ -218,3 +221,14 @@ def test_stop_strings_are_cut_from_the_text_but_kept_in_the_tokens(tiny_chat):
     [segment] = gateway.episodes["s"].segments  # the cut reply, echoed, still extends it
     segment.trajectory.check()
     assert "rest" in tiny_chat.decode(segment.trajectory.turns[1].sampled_ids)
+
+
+def test_adversarial_content_is_recorded_not_a_crash(tiny_chat):
+    """A lone surrogate, a 200 kB message and NaN where a number goes."""
+    gateway = gateway_for(tiny_chat, ["ok", "ok"])
+    odd = {"role": "user", "content": "half a pair \ud800 and " + "x" * 200_000}
+    reply = run(gateway.complete("s", {"messages": [odd]}))
+    assert reply["choices"][0]["message"]["content"] == "ok"
+    gateway.episodes["s"].segments[0].trajectory.check()
+    with pytest.raises(RequestError, match="temperature"):
+        run(gateway.complete("s", {"messages": [odd], "temperature": float("nan")}))

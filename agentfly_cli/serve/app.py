@@ -13,11 +13,16 @@ Routes, with and without a session prefix ``/s/{session}`` (give an agent the ba
 from __future__ import annotations
 
 import json
+import logging
 import math
 import time
 from typing import Any
 
+from agentfly_cli.chat.templates import ChatTemplateError
+from agentfly_cli.rollout.backends.base import BackendUnavailableError
 from agentfly_cli.serve.gateway import Gateway, RequestError
+
+log = logging.getLogger(__name__)
 
 
 def build_app(gateway: Gateway, on_episode: Any = None) -> Any:
@@ -54,6 +59,13 @@ def build_app(gateway: Gateway, on_episode: Any = None) -> Any:
             reply = await gateway.complete(session, body)
         except RequestError as exc:
             return error(str(exc), status=exc.status, param=exc.param)
+        except ChatTemplateError as exc:  # messages the model's template cannot render
+            return error(str(exc), param="messages")
+        except BackendUnavailableError as exc:
+            return error(f"the model backend is unavailable: {exc}", status=503)
+        except Exception as exc:  # a bug: one JSON error for the client, the trace in the log
+            log.exception("gateway: the request failed")
+            return error(f"internal error ({type(exc).__name__}: {exc})", status=500)
         if isinstance(body, dict) and body.get("stream"):
             return StreamingResponse(_events(reply), media_type="text/event-stream")
         return JSONResponse(reply)

@@ -111,8 +111,7 @@ class Gateway:
         if not isinstance(messages, list) or not messages:
             raise RequestError("'messages' must be a non-empty list of messages", "messages")
         for i, message in enumerate(messages):
-            if not isinstance(message, dict) or not isinstance(message.get("role"), str):
-                raise RequestError(f"messages[{i}] must be an object with a 'role'", "messages")
+            _check_message(i, message)
         n = _integer(body, "n", 1, 1, MAX_N)
         key = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
         max_tokens = _integer(body, key, self.max_tokens, 1)
@@ -245,6 +244,29 @@ class Gateway:
         if key not in self._stop_cache:
             self._stop_cache[key] = tuple(self.chat.stop_token_ids(stops)) if stops else ()
         return self._stop_cache[key]
+
+
+def _check_message(i: int, message: Any) -> None:
+    """An OpenAI chat message: a role, text content (or parts), well-formed tool calls."""
+    if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+        raise RequestError(f"messages[{i}] must be an object with a 'role'", "messages")
+    content = message.get("content")
+    if content is not None and not isinstance(content, (str, list)):
+        raise RequestError(f"messages[{i}].content must be a string or a list of parts", "messages")
+    if isinstance(content, list) and not all(isinstance(p, (dict, str)) for p in content):
+        raise RequestError(f"messages[{i}].content parts must be objects", "messages")
+    calls = message.get("tool_calls")
+    if calls is None:
+        return
+    if not isinstance(calls, list):
+        raise RequestError(f"messages[{i}].tool_calls must be a list", "messages")
+    for j, call in enumerate(calls):
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise RequestError(
+                f"messages[{i}].tool_calls[{j}] must be an object with a function and its name",
+                "messages",
+            )
 
 
 def _integer(body: dict, name: str, default: int, low: int, high: float = math.inf) -> int:
