@@ -26,7 +26,10 @@ from pathlib import Path
 
 DATA = Path(__file__).resolve().parents[1] / "agentfly_cli" / "recipes" / "data"
 SEED = 20240917
-QUESTIONS_PER_TYPE = 28
+QUESTIONS_PER_TYPE = 110
+# The world's size: about 970 questions, so that the recipe's 10% held out (97) can measure a
+# gain of 0.1 in held-out reward (with 25, as the first world had, its standard error was 0.11).
+PEOPLE, FIRST_NAMES, FOUNDERS, LANDMARK_COUNT, EVENT_COUNT = 336, 100, 120, 216, 144
 
 ONSETS = "b br c d dr f g gr h k l m n p r s st t th v w z".split()
 VOWELS = "a e i o u a e o".split()
@@ -151,8 +154,8 @@ def build_world(rng: random.Random) -> World:
         country["capital"] = country["cities"][0]
     for i, country in enumerate(world.countries):
         country["neighbor"] = world.countries[(i + 1) % len(world.countries)]["name"]
-    firsts = [namer.new((2,)) for _ in range(36)]
-    for _ in range(84):
+    firsts = [namer.new((2,)) for _ in range(FIRST_NAMES)]
+    for _ in range(PEOPLE):
         born = rng.randint(1760, 1880)
         person = {
             "name": f"{rng.choice(firsts)} {namer.new((2,))}",
@@ -173,7 +176,7 @@ def build_world(rng: random.Random) -> World:
         teachers = [p for p in world.people if 15 <= person["born"] - p["born"] <= 40]
         if teachers and rng.random() < 0.75:
             person["mentor"] = rng.choice(teachers)["name"]
-    founders = rng.sample(world.people, 30)
+    founders = rng.sample(world.people, FOUNDERS)
     for founder in founders:
         suffix = rng.choice(list(INDUSTRIES))
         company = {
@@ -189,7 +192,7 @@ def build_world(rng: random.Random) -> World:
                 "name"
             ]
         world.companies.append(company)
-    for _ in range(54):
+    for _ in range(LANDMARK_COUNT):
         kind = rng.choice(list(LANDMARKS))
         company = rng.choice(world.companies)
         world.landmarks.append(
@@ -203,7 +206,7 @@ def build_world(rng: random.Random) -> World:
                 "n": rng.randint(3, 9),
             }
         )
-    for _ in range(36):
+    for _ in range(EVENT_COUNT):
         kind = rng.choice(list(EVENTS))
         organizer = rng.choice(world.people)
         world.events.append(
@@ -401,7 +404,7 @@ def questions(world: World, rng: random.Random) -> list[dict]:
                 }
             )
     rng.shuffle(rows)
-    return [{"id": f"sqa-{i:03d}", **row} for i, row in enumerate(rows)]
+    return [{"id": f"sqa-{i:04d}", **row} for i, row in enumerate(rows)]
 
 
 def build(seed: int = SEED) -> tuple[list[dict], list[dict]]:

@@ -52,6 +52,7 @@ DOCS = {
 OPTIONS = load_config("search_qa").envs["search"].options  # the recipe's env options
 THREE_HOPS = next(r for r in ROWS if len(r["hops"]) == 3)
 TWO_HOPS = next(r for r in ROWS if r["type"] == "company_founder_teacher")  # a person's name
+LANDMARK = next(d for d in DOCS.values() if d["id"].startswith("landmark-"))  # "Grul Observatory"
 SMALL_RUN = ["--set", "rollout.max_tokens_per_turn=64", "--set", "rollout.max_total_tokens=8192"]
 
 
@@ -73,7 +74,7 @@ def solve(row) -> list[str]:
 
 # -- data ----------------------------------------------------------------------------------------
 def test_corpus_and_questions_are_consistent():
-    assert 200 <= len(DOCS) <= 400 and 200 <= len(ROWS) <= 300
+    assert 800 <= len(DOCS) <= 1000 and 900 <= len(ROWS) <= 1100
     assert len({d["title"] for d in DOCS.values()}) == len(DOCS)  # one document per name
     assert len({r["id"] for r in ROWS}) == len(ROWS)
     assert len({r["question"] for r in ROWS}) == len(ROWS)
@@ -142,13 +143,14 @@ def test_bm25_finds_every_hop_of_a_scripted_solve():
 def test_search_tool_shows_numbered_documents_and_takes_k():
     async def main():
         env = await started()
-        result = await search(env=env, query="Ronirk Bridge")
-        assert result.ok and result.observation.startswith("1. Ronirk Bridge: The Ronirk Bridge")
+        result = await search(env=env, query=LANDMARK["title"])
+        title = LANDMARK["title"]
+        assert result.ok and result.observation.startswith(f"1. {title}: The {title}")
         assert len(result.observation.splitlines()) == 3  # k defaults to 3
-        one = await search(env=env, query="Ronirk Bridge", k=1)
+        one = await search(env=env, query=LANDMARK["title"], k=1)
         assert one.observation.count("\n") == 0
-        raw = await env.step({"query": "Ronirk Bridge", "k": 5})
-        assert [d["id"] for d in raw["results"]][0] == "landmark-ronirk-bridge"
+        raw = await env.step({"query": LANDMARK["title"], "k": 5})
+        assert [d["id"] for d in raw["results"]][0] == LANDMARK["id"]
         assert len(raw["results"]) == 5 and raw["results"][0]["score"] > raw["results"][4]["score"]
         json.dumps(raw)  # actions and results are JSON values (pool servers, processes)
         await env.close()
@@ -163,8 +165,8 @@ def test_bad_queries_are_clear_tool_errors_and_unknown_words_find_nothing():
             ({"query": ""}, "give a search query"),
             ({"query": "   "}, "give a search query"),
             ({"query": "x" * 501}, "the limit is 500"),
-            ({"query": "Ronirk", "k": 0}, "from 1 to 5"),
-            ({"query": "Ronirk", "k": 6}, "from 1 to 5"),
+            ({"query": LANDMARK["title"].split()[0], "k": 0}, "from 1 to 5"),
+            ({"query": LANDMARK["title"].split()[0], "k": 6}, "from 1 to 5"),
         ):
             result = await search.invoke(arguments, env=env)
             assert result.status == "error" and result.error_kind == "invalid_arguments"
@@ -177,7 +179,7 @@ def test_bad_queries_are_clear_tool_errors_and_unknown_words_find_nothing():
             await env.step(42)
         await env.close()
         with pytest.raises(RuntimeError, match="closed"):
-            await env.step("Ronirk")
+            await env.step(LANDMARK["title"].split()[0])
         assert not await env.healthy()
 
     run(main())
