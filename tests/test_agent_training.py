@@ -59,6 +59,16 @@ async def in_async(task, base_url):
     return len(reply.choices[0].message.content or "") / 10
 
 
+def sleeps(task, base_url):
+    import time
+
+    time.sleep(2)
+
+
+def gives_up(task, base_url):
+    raise TimeoutError("no model call at all")
+
+
 def two_args_please(task):
     return 0.0
 
@@ -171,3 +181,21 @@ def test_training_with_the_agents_own_sampling_is_refused_with_one_line(recipe, 
     sampled = cli(recipe, f"{agents}:chatty", "train", "--steps", "1", "--quiet",
                   "--set", "agent.sampling=agent")  # fmt: skip
     assert sampled.exit_code == 2 and "agent.sampling: rollout" in sampled.output
+
+
+def test_an_episode_without_a_request_counts_as_a_failed_chain(recipe, agents, tmp_path):  # noqa: F811
+    out = tmp_path / "roll.jsonl"
+    result = cli(recipe, f"{agents}:gives_up", "rollout", "--limit", "2", "--out", str(out))
+    assert result.exit_code == 2  # every chain aborted: the rollout has no data, one line
+    assert "all 6 chains of the rollout" in result.output and "Traceback" not in result.output
+    trajectories = read_trajectories(out)  # written as they finished, nothing lost
+    assert len(trajectories) == 6
+    for trajectory in trajectories:
+        assert trajectory.ids == [] and trajectory.reward == 0.0
+        assert trajectory.finish_reason == "abort" and "no model call" in trajectory.error
+    # the agent's own TimeoutError above is its error; the episode's deadline is another one
+    late = cli(recipe, f"{agents}:sleeps", "rollout", "--limit", "1", "--out", str(out),
+               "--set", "agent.timeout_s=0.3")  # fmt: skip
+    assert late.exit_code == 2
+    assert all("AgentTimeout" in t.error and "agent.timeout_s" in t.error
+               for t in read_trajectories(out))  # fmt: skip

@@ -6,7 +6,8 @@ gateway, and its session's segments are the chain's trajectories.
 rollout``, ``eval`` and ``train`` run agents as they run recipes. Each ``run`` serves the
 gateway on a free local port, in the same event loop as the backend, for as long as it lasts.
 An agent that raises, or outlives ``agent.timeout_s``, is data: its segments keep the error and
-score 0.
+score 0; an episode that made no request is one empty trajectory (nothing to train on, but an
+eval counts it).
 """
 
 from __future__ import annotations
@@ -25,6 +26,14 @@ from agentfly_cli.rollout.trajectory import Trajectory
 from agentfly_cli.serve.gateway import Gateway
 
 log = logging.getLogger(__name__)
+
+
+class AgentRaised(Exception):
+    """The agent function raised ``cause``."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
 
 
 def load_agent(entry: str) -> Callable[..., Any]:
@@ -114,20 +123,20 @@ class AgentEngine:
             try:
                 result = await within(self._call(dict(task), f"{url}/s/{session}/v1"),
                                       self.agent_settings.timeout_s)  # fmt: skip
-            except asyncio.TimeoutError:
+            except AgentRaised as raised:  # the agent's own failure is data
+                error = f"{type(raised.cause).__name__}: {raised.cause}"
+            except asyncio.TimeoutError:  # our deadline (the agent's own are AgentRaised)
                 error = (
                     f"AgentTimeout: the agent did not finish within "
                     f"{self.agent_settings.timeout_s:g} s (agent.timeout_s)"
                 )
-            except Exception as exc:  # the agent's own failure is data
-                error = f"{type(exc).__name__}: {exc}"
         episode = self.gateway.close_episode(session)
         segments = episode.trajectories() if episode is not None else []
-        if not segments:
+        if not segments:  # no token to train on, but the episode counts (an eval's 0)
             log.warning(
                 "agent episode %s made no request%s", session, f" ({error})" if error else ""
             )
-            return []
+            segments = [Trajectory(meta={"episode": session})]
         reward, prediction, extras = await self._reward(result, error, segments[-1], task)
         for k, trajectory in enumerate(segments):
             trajectory.group_id = f"{batch_id}:{index}"
@@ -143,13 +152,18 @@ class AgentEngine:
         return segments
 
     async def _call(self, task: dict[str, Any], base_url: str) -> Any:
-        if inspect.iscoroutinefunction(self.agent):
-            return await self.agent(task, base_url)
-        loop = asyncio.get_running_loop()
-        result = await loop.run_in_executor(self._executor(), self.agent, task, base_url)
-        if inspect.isawaitable(result):
-            result = await result
-        return result
+        """The agent's result; what it raises comes out as :class:`AgentRaised` (its own
+        TimeoutError must not pass for the episode's deadline)."""
+        try:
+            if inspect.iscoroutinefunction(self.agent):
+                return await self.agent(task, base_url)
+            loop = asyncio.get_running_loop()
+            result = await loop.run_in_executor(self._executor(), self.agent, task, base_url)
+            if inspect.isawaitable(result):
+                result = await result
+            return result
+        except Exception as exc:
+            raise AgentRaised(exc) from exc
 
     async def _reward(self, result: Any, error: str | None, last: Trajectory, task: Mapping):
         """The episode's reward: 0 when the agent failed, the number it returned, or the run's
