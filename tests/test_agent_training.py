@@ -59,6 +59,13 @@ async def in_async(task, base_url):
     return len(reply.choices[0].message.content or "") / 10
 
 
+def half_give_up(task, base_url):
+    """Every other task: no request at all; else the chatty agent."""
+    if int(task["question"].split()[2]) % 2:
+        raise RuntimeError("gave up")
+    return chatty(task, base_url)
+
+
 def sleeps(task, base_url):
     import time
 
@@ -199,3 +206,13 @@ def test_an_episode_without_a_request_counts_as_a_failed_chain(recipe, agents, t
     assert late.exit_code == 2
     assert all("AgentTimeout" in t.error and "agent.timeout_s" in t.error
                for t in read_trajectories(out))  # fmt: skip
+
+
+def test_training_steps_over_episodes_that_made_no_request(recipe, agents, tmp_path):  # noqa: F811
+    run_dir = tmp_path / "run"
+    result = cli(recipe, f"{agents}:half_give_up", "train", "--out", str(run_dir), "--quiet",
+                 "--steps", "1")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    [line] = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert line["train/dropped_unusable"] == 3.0 and line["train/trajectories"] == 3.0
+    assert line["grad_norm"] > 0
