@@ -195,6 +195,7 @@ def test_an_episode_without_a_request_counts_as_a_failed_chain(recipe, agents, t
     result = cli(recipe, f"{agents}:gives_up", "rollout", "--limit", "2", "--out", str(out))
     assert result.exit_code == 2  # every chain aborted: the rollout has no data, one line
     assert "all 6 chains of the rollout" in result.output and "Traceback" not in result.output
+    assert "agentfly serve" in " ".join(result.output.split())  # the fix for a raising agent
     trajectories = read_trajectories(out)  # written as they finished, nothing lost
     assert len(trajectories) == 6
     for trajectory in trajectories:

@@ -19,6 +19,10 @@ _FIXES = {
     "chatml-tools), or fix the messages",
     "ServerError": "start the server (or fix backend.base_url / --base-url) and run again",
     "BackendUnavailableError": "install or configure the backend, or pick another with --backend",
+    "AgentError": "fix the agent function (agent.entry); it raised: run it alone against "
+    "`agentfly serve` to see why",
+    "AgentTimeout": "raise agent.timeout_s, or find where the agent waits (fewer episodes at "
+    "once: agent.concurrency)",
 }
 _DEFAULT_FIX = (
     "fix the cause above (the backend, the model, the chat template) and run again; "

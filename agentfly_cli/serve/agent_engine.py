@@ -124,7 +124,7 @@ class AgentEngine:
                 result = await within(self._call(dict(task), f"{url}/s/{session}/v1"),
                                       self.agent_settings.timeout_s)  # fmt: skip
             except AgentRaised as raised:  # the agent's own failure is data
-                error = f"{type(raised.cause).__name__}: {raised.cause}"
+                error = f"AgentError: {type(raised.cause).__name__}: {raised.cause}"
             except asyncio.TimeoutError:  # our deadline (the agent's own are AgentRaised)
                 error = (
                     f"AgentTimeout: the agent did not finish within "
