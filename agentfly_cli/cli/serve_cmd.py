@@ -73,22 +73,16 @@ def serve(
 
 
 def _listening_socket(host: str, port: int):
-    """A socket bound to ``host:port`` (0: a free port); one line when it cannot be."""
+    """The server's socket, bound before the model loads; one line when it cannot be."""
     import socket
 
+    from agentfly_cli.serve.server import listening_socket
+
     try:
-        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-    except OSError as exc:
+        return listening_socket(host, port)
+    except socket.gaierror as exc:
         raise UserError(f"--host {host}: {exc}; pass an address of this machine") from None
-    sock = socket.socket(family, kind, proto)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind(address)
     except OSError as exc:
-        sock.close()
         raise UserError(
             f"cannot listen on {host}:{port} ({exc.strerror or exc}); pass another --port"
         ) from None
-    sock.listen(2048)
-    sock.set_inheritable(True)
-    return sock

@@ -34,14 +34,20 @@ def message_key(message: dict[str, Any]) -> tuple:
     calls = []
     for call in message.get("tool_calls") or []:
         function = call.get("function", call) if isinstance(call, dict) else {}
-        arguments = function.get("arguments")
-        if isinstance(arguments, str):
-            try:
-                arguments = json.loads(arguments)
-            except json.JSONDecodeError:
-                pass
+        arguments = parsed_arguments(function.get("arguments"))
         calls.append((function.get("name", ""), json.dumps(arguments, sort_keys=True)))
     return (role, text, tuple(calls))
+
+
+def parsed_arguments(arguments: Any) -> Any:
+    """A tool call's arguments as OpenAI sends them (a JSON string) parsed; as they are when
+    they are not JSON."""
+    if isinstance(arguments, str):
+        try:
+            return json.loads(arguments)
+        except json.JSONDecodeError:
+            pass
+    return arguments
 
 
 def content_text(content: Any) -> str:
@@ -77,12 +83,8 @@ def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         calls = []
         for call in message.get("tool_calls") or []:
             function = dict(call.get("function") or {})
-            arguments = function.get("arguments")
-            if isinstance(arguments, str):
-                try:
-                    function["arguments"] = json.loads(arguments)
-                except json.JSONDecodeError:
-                    pass
+            if "arguments" in function:
+                function["arguments"] = parsed_arguments(function["arguments"])
             calls.append({**call, "function": function})
         if calls:
             converted["tool_calls"] = calls

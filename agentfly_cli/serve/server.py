@@ -19,6 +19,24 @@ def uvicorn_server(app: Any, host: str, port: int) -> Any:
     return uvicorn.Server(config)
 
 
+def listening_socket(host: str, port: int) -> Any:
+    """A socket bound to ``host:port`` (0: a free port) and listening, for uvicorn's
+    ``serve(sockets=...)``; OSError when the address cannot be resolved or bound."""
+    import socket
+
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError:
+        sock.close()
+        raise
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
 @contextlib.contextmanager
 def serving_in_thread(app: Any, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
     """Serve ``app`` from a thread with its own event loop; yields ``http://host:port``
@@ -54,12 +72,7 @@ def serving_in_thread(app: Any, host: str = "127.0.0.1", port: int = 0) -> Itera
 async def serving_in_loop(app: Any, host: str = "127.0.0.1") -> AsyncIterator[str]:
     """Serve ``app`` on a free port from the running event loop (the loop that drives the
     backend); yields ``http://host:port``, and stops the server on exit."""
-    import socket
-
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, 0))
-    sock.listen(2048)
+    sock = listening_socket(host, 0)
     server = uvicorn_server(app, host, 0)
     task = asyncio.get_running_loop().create_task(server.serve(sockets=[sock]))
     try:
