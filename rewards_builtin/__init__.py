@@ -12,6 +12,7 @@ _EXPORTS = {
     "math_equal": "rewards_builtin.text",
     "qa_em": "rewards_builtin.text",
     "qa_f1": "rewards_builtin.text",
+    "search_recall": "rewards_builtin.search_qa",
     "scienceworld_score": "rewards_builtin.scienceworld",
     "textworld_score": "rewards_builtin.textworld",
     "chess_solved": "rewards_builtin.chess_puzzles",

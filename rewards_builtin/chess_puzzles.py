@@ -22,18 +22,15 @@ from envs_builtin.chess_env import (
     import_chess,
     parse_move,
 )
+from rewards_builtin.calls import call_records
 
 MOVE_TOOL = "chess_move"
 
 
 def played_moves(trajectory: Any) -> list[tuple[str, str | None]]:
     """``(agent move, opponent reply in UCI or None)`` of each successful ``chess_move`` call."""
-    calls = getattr(trajectory, "tool_calls", None)
-    if calls is None and isinstance(trajectory, Mapping):
-        calls = trajectory.get("tool_calls")
     moves = []
-    for call in calls or []:
-        record = call if isinstance(call, Mapping) else vars(call)
+    for record in call_records(trajectory):
         if record.get("name") != MOVE_TOOL or record.get("status") != "ok":
             continue
         move = _move_argument(record.get("arguments"))

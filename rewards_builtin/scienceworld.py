@@ -13,11 +13,11 @@ Replaying the actions instead would cost a JVM start (about 1 s) or a shared JVM
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from typing import Any
 
 from agentfly_cli.rewards import reward
 from envs_builtin.scienceworld_sim import MAX_SCORE
+from rewards_builtin.calls import call_records
 
 SCORED_TOOLS = ("sw_act", "sw_look", "sw_inventory", "sw_task")
 _SCORE_LINE = re.compile(r"(?:^|\n)(?:[^\n]*\. )?Score: (-?\d+)/(\d+)\.\s*$")
@@ -26,12 +26,8 @@ _SCORE_LINE = re.compile(r"(?:^|\n)(?:[^\n]*\. )?Score: (-?\d+)/(\d+)\.\s*$")
 def final_score(trajectory: Any) -> dict[str, Any] | None:
     """The score line of the last successful scored tool call: ``score``, ``won``,
     ``failed``, ``calls`` (how many scored calls); None when there was none."""
-    calls = getattr(trajectory, "tool_calls", None)
-    if calls is None and isinstance(trajectory, Mapping):
-        calls = trajectory.get("tool_calls")
     found, count = None, 0
-    for call in calls or []:
-        record = call if isinstance(call, Mapping) else vars(call)
+    for record in call_records(trajectory):
         if record.get("status") != "ok" or record.get("name") not in SCORED_TOOLS:
             continue
         match = _SCORE_LINE.search(str(record.get("observation") or ""))

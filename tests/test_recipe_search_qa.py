@@ -265,22 +265,27 @@ def test_cut_keeps_whole_words():
 def test_scripted_policy_gets_max_and_min_reward(tiny_model, tmp_path):
     rows = [THREE_HOPS, TWO_HOPS, TWO_HOPS]
     first_name = TWO_HOPS["answer"].split()[0]
+    first_hop = THREE_HOPS["hops"][0]
     script = [
         {"responses": solve(THREE_HOPS)},  # searches each hop, answers right: 1.0
         {"responses": ["SEARCH: ", "SEARCH: the", "ANSWER: nobody knows"]},  # fails: 0.0
         {"responses": [*solve(TWO_HOPS)[:-1], f"ANSWER: {first_name}"]},  # half the name
+        # one hop of three searched, the first hop's find answered: only the search scores
+        {"responses": [f"SEARCH: {first_hop['query']}", f"ANSWER: {first_hop['finds']}"]},
     ]
     trajectories = scripted_rollout(
-        "search_qa", tiny_model, tmp_path, script, rows,
+        "search_qa", tiny_model, tmp_path, script, [*rows, THREE_HOPS],
         "--n", "2", *SMALL_RUN,
     )  # fmt: skip
-    assert len(trajectories) == 6
+    assert len(trajectories) == 8
     for trajectory in trajectories:
         trajectory.check()
         assert trajectory.finish_reason == "terminal_tool"
     rewards = [t.reward for t in trajectories]
     assert rewards[:4] == [1.0, 1.0, 0.0, 0.0]
-    assert rewards[4] == rewards[5] == pytest.approx(1 / 3)  # EM 0, F1 2/3
+    assert rewards[4] == rewards[5] == pytest.approx(0.4 * 2 / 3 + 0.2)  # F1 2/3, both hops
+    assert trajectories[6].reward_extras["search_recall"] == pytest.approx(1 / 3)
+    assert rewards[6] == rewards[7] == pytest.approx(0.2 / 3)
     solved = trajectories[0]
     assert [c.name for c in solved.tool_calls] == ["search"] * 3 + ["answer"]
     assert all(c.status == "ok" for c in solved.tool_calls)
@@ -370,3 +375,29 @@ def test_every_packaged_hop_path_scores_under_the_recipe_settings(tmp_path, limi
         for r in ROWS
     ]
     check_packaged_solutions_score("search_qa", script, tmp_path, limit)
+
+
+# -- the search_recall reward ----------------------------------------------------------------
+def _call(observation: str, *, name: str = "search", status: str = "ok") -> dict:
+    return {"name": name, "status": status, "observation": observation, "arguments": {}}
+
+
+def test_search_recall_counts_each_hop_document_shown_once():
+    from rewards_builtin.search_qa import search_recall
+
+    hops = THREE_HOPS["hops"]
+    titles = [hop["query"] for hop in hops]
+    shown = _call(f"1. {titles[0]}: text.\n2. Other Place: more.\n3. {titles[1]}: x: y.")
+    again = _call(f"1. {titles[0]}: the same document again.")
+    # a title in the text, an error, another tool and the answer do not count as found
+    mentioned = _call(f"1. Other Place: see {titles[2]}: it is near.")
+    error = _call(f"1. {titles[2]}: text.", status="error")
+    other_tool = _call(f"1. {titles[2]}: text.", name="answer")
+    saved = {"tool_calls": [shown, again, mentioned, error, other_tool]}
+    scored = search_recall.score_sync(trajectory=saved, hops=hops)
+    assert scored.reward == pytest.approx(2 / 3)
+    assert scored.extras == {"found": 2, "hops": 3}
+    upper = {"tool_calls": [_call("\n".join(f"{i}. {t.upper()}: x" for i, t in enumerate(titles)))]}
+    assert search_recall.score_sync(trajectory=upper, hops=hops).reward == 1.0
+    assert search_recall.score_sync(trajectory={"tool_calls": []}, hops=hops).reward == 0.0
+    assert search_recall.score_sync(trajectory=saved, hops=[]).reward == 0.0
