@@ -63,17 +63,21 @@ def content_text(content: Any) -> str:
     return str(content)
 
 
-def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """OpenAI messages as chat templates expect them: text content, tool call arguments as
-    objects (templates ``tojson`` them), and each tool result's ``name`` (some templates need
-    it; OpenAI sends only the ``tool_call_id``) from the call it answers."""
+def template_messages(
+    messages: list[dict[str, Any]], chat: Any = None, start: int = 0
+) -> list[dict[str, Any]]:
+    """OpenAI messages from ``start`` on as chat templates expect them: text content, tool call
+    arguments as objects (templates ``tojson`` them), and each tool result's ``name`` (some
+    templates need it; OpenAI sends only the ``tool_call_id``) from the call it answers. With
+    ``chat``, tool results are presented as its ``chat.observation`` settings say (a user turn,
+    a text template), as in recipes' rollouts."""
     out = []
     names: dict[str, str] = {}
     for message in messages:
         for call in message.get("tool_calls") or []:
             if isinstance(call, dict) and call.get("id"):
                 names[call["id"]] = (call.get("function") or {}).get("name", "")
-    for message in messages:
+    for message in messages[start:]:
         converted = dict(message)
         if converted.get("role") == "tool" and not converted.get("name"):
             name = names.get(converted.get("tool_call_id") or "")
@@ -91,6 +95,24 @@ def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         else:
             converted.pop("tool_calls", None)
         out.append(converted)
+    return out if chat is None else _observations_as_configured(out, chat)
+
+
+def _observations_as_configured(messages: list[dict[str, Any]], chat: Any) -> list[dict]:
+    """Each run of ``tool`` messages replaced by ``chat.observation_messages`` of it."""
+    out: list[dict[str, Any]] = []
+    results: list[tuple[str | None, str | None, str]] = []
+    for message in [*messages, None]:
+        if message is not None and message.get("role") == "tool":
+            results.append(
+                (message.get("name") or None, message.get("tool_call_id"), message["content"])
+            )
+            continue
+        if results:
+            out.extend(chat.observation_messages(results))
+            results = []
+        if message is not None:
+            out.append(message)
     return out
 
 
@@ -135,9 +157,9 @@ class Episode:
                 if best is None or size > len(best.conversation):
                     best = segment
         if best is None:
-            ids = chat.render_prompt(template_messages(messages), tools)
+            ids = chat.render_prompt(template_messages(messages, chat), tools)
             return Plan(list(ids), list(ids), conversation)
-        new = template_messages(messages)[len(best.conversation) :]
+        new = template_messages(messages, chat, start=len(best.conversation))
         delta = chat.observation_delta(new, tools, closed=best.turn_closed)
         ids = best.trajectory.ids
         return Plan([*ids, *delta], delta, conversation, best, len(ids))
