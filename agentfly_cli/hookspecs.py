@@ -62,5 +62,10 @@ def register_algorithms(register):
 
 
 @hookspec
+def register_parsers(register):
+    """Register tool-call parsers: ``register(parser_class, name=None, description="")``."""
+
+
+@hookspec
 def register_commands(app):
     """Add commands to the ``agentfly`` Typer app: ``@app.command()`` or ``app.add_typer(...)``."""

@@ -21,7 +21,7 @@ from typing import Any
 import pluggy
 
 from agentfly_cli import hookspecs, settings
-from agentfly_cli.errors import ComponentConflictError
+from agentfly_cli.errors import ComponentConflictError, UserError
 from agentfly_cli.registry import (
     SINGULAR,
     BackendRef,
@@ -43,6 +43,7 @@ HOOK_KINDS = {
     "register_backends": ("backends",),
     "register_train_backends": ("train_backends",),
     "register_algorithms": ("advantages", "policy_losses"),
+    "register_parsers": ("parsers",),
 }
 ALGORITHM_KINDS = {"advantage": "advantages", "policy_loss": "policy_losses"}
 
@@ -405,6 +406,34 @@ def _algorithm_register(staged: list[Entry], provenance: Provenance, _: Any) -> 
     return register
 
 
+def _parser_register(staged: list[Entry], provenance: Provenance, _: Any) -> Callable[..., None]:
+    def register(parser: Any, name: str | None = None, description: str = "") -> None:
+        """``parser`` is a class with ``parse(text)`` and ``from_options(options)`` (a
+        BaseParser subclass); ``name`` defaults to its ``name``, ``description`` to its
+        docstring's first line."""
+        if not isinstance(parser, type):
+            raise UserError(
+                "register_parsers takes a parser class (a subclass of agentfly_cli.chat.parsed."
+                f"BaseParser), got {type(parser).__name__} {parser!r:.60}"
+            )
+        missing = [m for m in ("parse", "from_options") if not callable(getattr(parser, m, None))]
+        if missing:
+            raise UserError(
+                f"parser class {parser.__name__} has no {' or '.join(missing)} method; subclass "
+                "agentfly_cli.chat.parsed.BaseParser and implement parse_body(text)"
+            )
+        name = getattr(parser, "name", None) if name is None else name
+        if not isinstance(name, str) or not name or ":" in name or name != name.strip():
+            raise UserError(
+                f"parser class {parser.__name__}: name must be a non-empty string without ':' "
+                f"or surrounding spaces, got {name!r}; set its name attribute or pass name="
+            )
+        summary = description or (parser.__doc__ or "").strip().split("\n")[0]
+        staged.append(Entry("parsers", name, parser, provenance, summary))
+
+    return register
+
+
 _REGISTER_FACTORIES = {
     "register_tools": _callable_register("tools", "agentfly_cli.tools:Tool"),
     "register_rewards": _callable_register("rewards", "agentfly_cli.rewards:Reward"),
@@ -413,6 +442,7 @@ _REGISTER_FACTORIES = {
     "register_backends": _backend_register("backends"),
     "register_train_backends": _backend_register("train_backends"),
     "register_algorithms": _algorithm_register,
+    "register_parsers": _parser_register,
 }
 
 _host: PluginHost | None = None

@@ -1,4 +1,5 @@
-"""Named components (tools, rewards, envs, recipes, backends, algorithms) and their plugins."""
+"""Named components (tools, rewards, envs, recipes, backends, algorithms, parsers) and their
+plugins."""
 
 from __future__ import annotations
 
@@ -18,9 +19,10 @@ KINDS = (
     "train_backends",
     "advantages",
     "policy_losses",
+    "parsers",
 )
 # the kinds that have an `agentfly KIND list` command (tests check that each one exists)
-LISTED_KINDS = ("tools", "rewards", "envs", "recipes", "backends")
+LISTED_KINDS = ("tools", "rewards", "envs", "recipes", "backends", "parsers")
 SINGULAR = {
     "advantages": "advantage",
     "policy_losses": "policy_loss",
@@ -177,6 +179,7 @@ class Components:
     train_backends: Registry = field(default_factory=lambda: Registry("train_backends"))
     advantages: Registry = field(default_factory=lambda: Registry("advantages"))
     policy_losses: Registry = field(default_factory=lambda: Registry("policy_losses"))
+    parsers: Registry = field(default_factory=lambda: Registry("parsers"))
 
     def of(self, kind: str) -> Registry:
         if kind not in KINDS:

@@ -180,6 +180,12 @@ def harmony_files(gpt4o: dict[str, bytes]) -> dict[str, bytes]:
              "rstrip": False, "normalized": False, "special": True}
         )  # fmt: skip
     tokenizer["added_tokens"].sort(key=lambda token: token["id"])
+    # The `tokenizers` library gives an added token that its model's vocabulary lacks the next
+    # free id, not the id written beside it: o200k_base's vocabulary already holds 199999 and
+    # 200018, so without these entries every harmony token would load one id too high.
+    vocab = tokenizer["model"]["vocab"]
+    for token in tokenizer["added_tokens"]:
+        vocab.setdefault(token["content"], token["id"])
     config = json.loads(gpt4o["tokenizer_config.json"])
     config |= {
         "bos_token": "<|startoftext|>",

@@ -71,6 +71,7 @@ def listing(command: str, *fields: str) -> list:
         ("recipes list", ("name", "description", "plugin")),
         ("models list", ("name", "description")),
         ("backends list", ("name", "description", "plugin")),
+        ("parsers list", ("name", "description", "plugin")),
     ],
 )
 def test_listings_fit_80_columns(command, fields):

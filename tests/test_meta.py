@@ -16,7 +16,7 @@ HOOKS = hook_names()
 
 
 def test_there_are_hooks():
-    assert len(HOOKS) == 8
+    assert len(HOOKS) == 9
 
 
 def _test_function_names() -> set[str]:

@@ -13,7 +13,8 @@ from agentfly_cli.chat.json_extent import value_end
 from agentfly_cli.chat.parsed import strip_fence, strip_trailing_markers
 from tests.parse_timing import ParseClock
 
-PARSERS = ["hermes", "llama3_json", "mistral", "react", "line"]
+PARSERS = ["hermes", "llama3_json", "mistral", "react", "line", "harmony", "pythonic"]
+PARSERS += ["deepseek_v3", "qwen3_coder"]
 SECONDS = 2.0  # CPU seconds: a linear parse of 1 MB takes at most 0.7 s here, quadratic ones 3+
 KB = 1000
 

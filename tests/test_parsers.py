@@ -36,7 +36,17 @@ def calls(parsed: ParsedResponse) -> list[tuple[str, object]]:
 
 # -- registry ---------------------------------------------------------------------------------
 def test_parser_names():
-    assert parser_names() == ["hermes", "line", "llama3_json", "mistral", "react"]
+    assert parser_names() == [
+        "deepseek_v3",
+        "harmony",
+        "hermes",
+        "line",
+        "llama3_json",
+        "mistral",
+        "pythonic",
+        "qwen3_coder",
+        "react",
+    ]
     for name in parser_names():
         p = parser(name)
         assert p.name == name

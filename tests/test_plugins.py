@@ -404,6 +404,7 @@ def test_hook_names_match_the_hookspecs():
         "register_backends",
         "register_train_backends",
         "register_algorithms",
+        "register_parsers",
         "register_commands",
     ]
 

@@ -115,6 +115,9 @@ def test_gpt_oss_adds_the_harmony_tokens_at_their_ids_to_o200k_base():
     assert tokens[200008] == "<|message|>" and tokens[200005] == "<|channel|>"
     assert tokens[199999] == "<|endoftext|>" and tokens[200018] == "<|endofprompt|>"
     assert tokens[200004] == "<|reserved_200004|>" and sorted(tokens) == list(range(199998, 200019))
+    # in the model's vocabulary too: `tokenizers` ignores an added token's written id otherwise
+    vocab = json.loads(derived["tokenizer.json"])["model"]["vocab"]
+    assert vocab["<|start|>"] == 200006 and vocab["<|call|>"] == 200012 and vocab["a"] == 0
     config = json.loads(derived["tokenizer_config.json"])
     assert config["eos_token"] == "<|return|>" and "unk_token" not in config
 

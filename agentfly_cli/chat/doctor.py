@@ -15,15 +15,10 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from agentfly_cli.chat.tokenizer_loading import ROUND_TRIP_SAMPLES, SUBSTITUTED
+
 PASS, WARN, FAIL = "pass", "warn", "fail"
 
-ROUND_TRIP_SAMPLES = [
-    "The quick brown fox jumps over the lazy dog.",
-    "  two leading spaces, a tab\tand a newline\n",
-    'def f(x):\n    return {"a": [1, 2.5, -3]}\n',
-    "Ünïcödé: café, naïve, 中文, emoji 🙂",
-    "12345 + 678 = 13023",
-]
 CALL = {"name": "calculator", "arguments": {"expression": "2 + 3"}}
 TOOLS = [
     {
@@ -60,9 +55,10 @@ def diagnose(
     template: str | None = None,
     observation_role: str = "tool",
     fast: bool = False,
+    tokenizer_loader: str = "auto",
 ) -> list[Verdict]:
     """Every check on ``model`` (a folder or an alias); ``fast``: the ones cheap enough to run
-    before each training run (no parser search)."""
+    before each training run (no parser search); ``tokenizer_loader``: backend.tokenizer_loader."""
     from agentfly_cli.chat.templates import ChatTemplate, ChatTemplateError
     from agentfly_cli.models import resolve_model
     from agentfly_cli.settings.chat import ObservationSettings
@@ -70,7 +66,7 @@ def diagnose(
     path = str(resolve_model(model))
     observation = ObservationSettings(role=observation_role)
     try:
-        chat = ChatTemplate.load(path, template, observation)
+        chat = ChatTemplate.load(path, template, observation, tokenizer_loader=tokenizer_loader)
     except ChatTemplateError as exc:
         return [Verdict("end of turn", FAIL, str(exc), "pass --template chatml (or a .jinja)")]
     verdicts = [end_of_turn(chat), round_trip(chat), tool_schemas(chat)]
@@ -100,11 +96,39 @@ def round_trip(chat: Any) -> Verdict:
                 FAIL,
                 f"text -> ids -> text changes {sample!r} into {back!r}: the model's replies "
                 "would be read back wrong (tool calls, answers)",
-                "load the tokenizer from the model's own tokenizer.json, or pin the "
-                "transformers version its release names",
+                _round_trip_fix(chat),
             )
     count = len(ROUND_TRIP_SAMPLES)
+    substituted = getattr(chat.tokenizer, SUBSTITUTED, None)
+    if substituted:  # backend.tokenizer_loader auto read tokenizer.json as is
+        return Verdict(
+            "tokenizer round trip",
+            WARN,
+            f"{count} texts come back because agentfly reads tokenizer.json as is; "
+            f"{substituted}, and so would any program that loads this folder with AutoTokenizer",
+            "nothing for agentfly (backend.tokenizer_loader: auto does it, and checkpoints it "
+            "saves load right); elsewhere use PreTrainedTokenizerFast.from_pretrained(folder)",
+        )
     return Verdict("tokenizer round trip", PASS, f"{count} texts (spaces, code, unicode) come back")
+
+
+def _round_trip_fix(chat: Any) -> str:
+    """Read tokenizer.json as is where that gives every sample back, else pin transformers."""
+    from agentfly_cli.chat.encoding import TextEncoder
+    from agentfly_cli.chat.tokenizer_loading import load_tokenizer
+
+    folder = getattr(chat.tokenizer, "name_or_path", "") or ""
+    pin = "pin the transformers version the model's release names"
+    try:
+        encoder = TextEncoder(load_tokenizer(folder, "tokenizer.json"))
+    except Exception:  # noqa: BLE001 - no folder, no tokenizer.json, or it does not load
+        return pin
+    if any(encoder.decode(encoder.encode(s)) != s for s in ROUND_TRIP_SAMPLES):
+        return pin
+    return (
+        "--set backend.tokenizer_loader=tokenizer.json (or auto, the default): the folder's "
+        "tokenizer.json read as is gives every text back"
+    )
 
 
 def tool_schemas(chat: Any) -> Verdict:
@@ -134,19 +158,27 @@ def observation_deltas(chat: Any, template: str | None, path: str) -> Verdict:
     if "<think>" in chat.source:  # a reasoning model: its replies carry a think block
         reply = "<think>\nAdd the numbers.\n</think>\n\n" + reply
     role = chat.observation.role
+    # harmony samples a turn's end otherwise than history writes it: the replies are then the
+    # template's own training form of a tool call (ending <|call|>) and an answer (<|return|>)
+    history_end = getattr(chat, "history_end", None)
+    call = _call_message("", CALL["arguments"]) if history_end else None
+    answer = {"role": "assistant", "content": reply} if history_end else None
     try:
         results = chat.observation_messages([("calculator", "call_1", "5")])
         differs = [
             kind
-            for kind, follow in (("tool result", results),
-                                 ("user message", [{"role": "user", "content": "And 3 + 4?"}]))
-            if not _delta_matches(chat, reply, follow)
+            for kind, follow, message in (
+                ("tool result", results, call),
+                ("user message", [{"role": "user", "content": "And 3 + 4?"}], answer))
+            if not _delta_matches(chat, reply, follow, message)
         ]  # fmt: skip
     except ChatTemplateError as exc:
         fix = "pass another --template"
         if role != "user":
             try:
-                other = ChatTemplate.load(path, template, type(chat.observation)(role="user"))
+                other = ChatTemplate.load(
+                    chat.tokenizer, template, type(chat.observation)(role="user")
+                )
                 other.observation_delta(other.observation_messages([(None, None, "5")]), TOOLS)
                 fix = "--set chat.observation.role=user (tool results as user turns)"
             except ChatTemplateError:
@@ -156,11 +188,15 @@ def observation_deltas(chat: Any, template: str | None, path: str) -> Verdict:
         return Verdict("observation deltas", PASS,
                        f"tool results ('{role}' turns) and user messages append as exact deltas "
                        "(the template is prefix-preserving)")  # fmt: skip
+    example = "the template drops earlier <think> blocks"
+    if history_end:
+        example = (f"the template writes a sampled {chat.decode(chat.eot_token_ids[:1])} as "
+                   f"{history_end} once more messages follow")  # fmt: skip
     return Verdict(
         "observation deltas",
         WARN,
         f"after a {' and a '.join(differs)}, rendering the conversation afresh differs from "
-        "prompt + sampled reply + delta (e.g. the template drops earlier <think> blocks): "
+        f"prompt + sampled reply + delta (e.g. {example}): "
         "trajectories keep what was sampled, exactly, but a server that re-renders shows the "
         "model another prompt than training did",
         "nothing for rollouts and training here; serve the trained model with the same deltas "
@@ -168,16 +204,20 @@ def observation_deltas(chat: Any, template: str | None, path: str) -> Verdict:
     )
 
 
-def _delta_matches(chat: Any, reply: str, follow: list[dict[str, Any]]) -> bool:
-    """Prompt + the reply's ids + the delta of ``follow`` == the whole conversation rendered."""
+def _delta_matches(
+    chat: Any, reply: str, follow: list[dict[str, Any]], message: dict | None = None
+) -> bool:
+    """Prompt + the reply's ids + the delta of ``follow`` == the whole conversation rendered.
+    With ``message``, the reply is the template's rendering of it as the last turn."""
     prompt = chat.render_prompt(USER, TOOLS)
-    grown = prompt + chat.encode_response(reply) + chat.observation_delta(follow, TOOLS)
+    if message is None:
+        message, sampled = {"role": "assistant", "content": reply}, chat.encode_response(reply)
+    else:
+        opening = chat.render_text(USER, TOOLS, add_generation_prompt=True)
+        sampled = chat.encode_text(chat.render_text([*USER, message], TOOLS)[len(opening) :])
+    grown = prompt + sampled + chat.observation_delta(follow, TOOLS)
     whole = chat.encode_text(
-        chat.render_text(
-            [*USER, {"role": "assistant", "content": reply}, *follow],
-            TOOLS,
-            add_generation_prompt=True,
-        )
+        chat.render_text([*USER, message, *follow], TOOLS, add_generation_prompt=True)
     )
     return grown == whole
 
@@ -188,11 +228,8 @@ def parser_reads_calls(chat: Any, parser_name: str, *, search: bool = True) -> V
     from agentfly_cli.chat.templates import ChatTemplateError
 
     check = f"parser {parser_name} reads the template's calls"
-    message = {"role": "assistant", "content": "",
-               "tool_calls": [{"id": "call_1", "type": "function", "function": CALL}]}  # fmt: skip
     try:
-        prompt = chat.render_text(USER, TOOLS, add_generation_prompt=True)
-        full = chat.render_text([*USER, message], TOOLS)
+        prompt, full = _render_call(chat)
     except ChatTemplateError as exc:
         return Verdict(check, FAIL, f"the template cannot render a tool call: {exc}",
                        "pass --template hermes")  # fmt: skip
@@ -226,6 +263,42 @@ def parser_reads_calls(chat: Any, parser_name: str, *, search: bool = True) -> V
         "back as the same call",
         fix,
     )  # fmt: skip
+
+
+def _call_message(content: str | None, arguments: Any) -> dict[str, Any]:
+    call = {"name": CALL["name"], "arguments": arguments}
+    return {"role": "assistant", "content": content,
+            "tool_calls": [{"id": "call_1", "type": "function", "function": call}]}  # fmt: skip
+
+
+# Structured arguments first, then OpenAI's wire form (content null, arguments a JSON string),
+# the only one DeepSeek-V3's template writes.
+CALL_MESSAGES = [
+    _call_message("", CALL["arguments"]),
+    _call_message(None, json.dumps(CALL["arguments"])),
+]
+
+
+def _render_call(chat: Any) -> tuple[str, str]:
+    """The prompt, and the conversation with one assistant tool call in the first form of
+    :data:`CALL_MESSAGES` whose call the template writes (else the first it renders)."""
+    from agentfly_cli.chat.templates import ChatTemplateError
+
+    prompt = chat.render_text(USER, TOOLS, add_generation_prompt=True)
+    rendered: list[str] = []
+    failure: ChatTemplateError | None = None
+    for message in CALL_MESSAGES:
+        try:
+            full = chat.render_text([*USER, message], TOOLS)
+        except ChatTemplateError as exc:
+            failure = failure or exc
+            continue
+        if full.startswith(prompt) and CALL["name"] in full[len(prompt) :]:
+            return prompt, full
+        rendered.append(full)
+    if rendered:
+        return prompt, rendered[0]
+    raise failure
 
 
 def training_notes(chat: Any) -> list[str]:

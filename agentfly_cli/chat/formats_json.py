@@ -112,6 +112,10 @@ class HermesParser(BaseParser):
         if not inner:
             errors.append(ParseError(f"empty {self.OPEN}. {self.expected}", raw))
             return
+        if inner.startswith("<function="):  # Qwen3-Coder's XML call: the qwen3_coder parser's
+            problem = f"{self.OPEN} holds an XML <function=...> call; this format writes JSON"
+            errors.append(ParseError(f"{problem}. {self.expected}", raw))
+            return
         values, problem = json_values(inner)
         for value, _ in values:
             _add_calls(value, raw, self.expected, calls, errors)

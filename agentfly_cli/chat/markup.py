@@ -12,6 +12,7 @@ import re
 # Each alternative is anchored on a literal and bounded, so one scan of a turn is linear.
 _MARKUP = re.compile(
     r"<tool_call\b|</tool_call>|\[TOOL_CALLS\]|<\|python_tag\|>|<function=|<tool_use>"
+    r"|<｜tool▁calls?▁begin｜>"
     r'|\{\s*"name"\s*:\s*"[^"\n]{1,100}"\s*,\s*"(?:arguments|parameters)"\s*:'
     r"|^[ \t]*(?i:action[ _]input)[ \t]*:",
     re.MULTILINE,

@@ -243,6 +243,7 @@ class BaseParser:
 
     name = ""
     expected = ""  # one sentence on the expected format, appended to error messages
+    think_tags = True  # False where the format marks reasoning itself (<think> is then text)
 
     @classmethod
     def from_options(cls, options: dict | None = None) -> BaseParser:
@@ -254,9 +255,11 @@ class BaseParser:
         """Parse one assistant turn's text. Any input gives a ParsedResponse."""
         try:
             text = "" if text is None else str(text)
-            reasoning, body = split_think(strip_trailing_markers(text))
+            body = strip_trailing_markers(text)
+            reasoning, body = split_think(body) if self.think_tags else (None, body)
             result = self.parse_body(body)
-            result.reasoning = reasoning
+            if reasoning is not None:  # else what parse_body found (None in most formats)
+                result.reasoning = reasoning
             return result
         except Exception as exc:  # a parser bug must not end a rollout: report it as data
             return ParsedResponse(

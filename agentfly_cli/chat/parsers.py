@@ -1,25 +1,23 @@
 """Tool-call parsers: turn an assistant turn's text into calls, errors, reasoning and an answer.
 
-Formats: ``hermes`` (``<tool_call>`` JSON), ``llama3_json``, ``mistral`` (``[TOOL_CALLS]``),
-``react`` (``Action:`` / ``Action Input:``) and ``line`` (a line protocol set by options).
+Parsers are plugin components (hook ``register_parsers``): the built-in formats, such as
+``hermes`` (``<tool_call>`` JSON), ``mistral`` (``[TOOL_CALLS]``), ``react`` (``Action:`` /
+``Action Input:``) and ``line`` (a line protocol set by options), come from the entry point
+``builtin_parsers`` (chat/builtin_parsers.py), as a third-party plugin's would.
 Every parser takes any string and returns a ParsedResponse: bad markup becomes a ParseError
 whose message the model reads as the tool result. Calls inside ``<think>`` are never run.
 """
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+import difflib
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from agentfly_cli.chat.formats_json import HermesParser, Llama3JsonParser, MistralParser
-from agentfly_cli.chat.formats_text import LineParser, ReactParser
-from agentfly_cli.chat.parsed import (
-    BaseParser,
-    ParsedResponse,
-    ParseError,
-    ToolCall,
-    split_think,
-)
-from agentfly_cli.errors import UserError
+from agentfly_cli.chat.parsed import ParsedResponse, ParseError, ToolCall, split_think
+from agentfly_cli.errors import UnknownComponentError, UserError
+
+if TYPE_CHECKING:
+    from agentfly_cli.plugins import PluginHost
 
 __all__ = [
     "ParseError",
@@ -41,19 +39,15 @@ class ToolCallParser(Protocol):
     def parse(self, text: str) -> ParsedResponse: ...
 
 
-_PARSERS: dict[str, type[BaseParser]] = {
-    cls.name: cls
-    for cls in (HermesParser, Llama3JsonParser, MistralParser, ReactParser, LineParser)
-}
+def parser_names(host: PluginHost | None = None) -> list[str]:
+    """The registered parser names (`agentfly parsers list`)."""
+    return list((host or _host()).components.parsers)
 
 
-def parser_names() -> list[str]:
-    """The known parser names."""
-    return sorted(_PARSERS)
-
-
-def get_parser(name: str, options: dict | None = None) -> ToolCallParser:
-    """The parser ``name``, configured with ``options`` (only ``line`` takes any).
+def get_parser(
+    name: str, options: dict | None = None, *, host: PluginHost | None = None
+) -> ToolCallParser:
+    """The registered parser ``name``, configured with ``options`` (only ``line`` takes any).
 
     ``name`` may also be ``module:attr`` or ``file.py:attr``: your own parser class (built with
     ``from_options(options)`` when it has one, else called with no arguments) or instance. Base
@@ -61,12 +55,48 @@ def get_parser(name: str, options: dict | None = None) -> ToolCallParser:
     """
     if ":" in name:
         return _custom_parser(name, options)
-    cls = _PARSERS.get(name)
-    if cls is None:
+    host = host or _host()
+    try:
+        cls = host.components.parsers.get(name)
+    except UnknownComponentError:
+        raise UnknownComponentError(_unknown_message(name, host)) from None
+    parser = _build(cls, options, name)
+    if getattr(parser, "name", None) != name:  # registered under another name
+        parser.name = name
+    return parser
+
+
+def _host() -> PluginHost:
+    from agentfly_cli.plugins import get_plugin_host  # plugins load on first use, not at import
+
+    return get_plugin_host()
+
+
+def _unknown_message(name: str, host: PluginHost) -> str:
+    known = list(host.components.parsers)
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    message = f"unknown tool-call parser {name!r}; {hint}use one of: {', '.join(known) or 'none'}"
+    if host.failed:
+        failed = ", ".join(p.name for p in host.failed)
+        message += f"; note that plugin(s) {failed} failed to load (see `agentfly plugins`)"
+    elif not known:
+        message += "; no plugin registers a parser (AGENTFLY_LOAD_PLUGINS without agentfly-cli?)"
+    return message
+
+
+def _build(cls: Any, options: dict | None, label: str) -> Any:
+    """``cls.from_options(options)`` (or ``cls()``); a crash is one line naming the parser."""
+    factory = getattr(cls, "from_options", None)
+    try:
+        return factory(options) if callable(factory) else cls()
+    except UserError:
+        raise
+    except Exception as exc:  # a plugin's or user's constructor: one line, not an internal error
         raise UserError(
-            f"unknown tool-call parser {name!r}; use one of: {', '.join(parser_names())}"
-        )
-    return cls.from_options(options)
+            f"parser {label!r} failed to build: {type(exc).__name__}: {exc}; "
+            "fix its constructor (or from_options) or pick a packaged parser"
+        ) from exc
 
 
 def _custom_parser(spec: str, options: dict | None) -> ToolCallParser:
@@ -74,16 +104,7 @@ def _custom_parser(spec: str, options: dict | None) -> ToolCallParser:
 
     value = load_object(spec)
     if isinstance(value, type):
-        factory = getattr(value, "from_options", None)
-        try:
-            value = factory(options) if callable(factory) else value()
-        except UserError:
-            raise
-        except Exception as exc:  # the user's constructor: one line, not an internal error
-            raise UserError(
-                f"parser {spec!r} failed to build: {type(exc).__name__}: {exc}; "
-                "fix its constructor (or from_options) or pick a packaged parser"
-            ) from exc
+        value = _build(value, options, spec)
     if not callable(getattr(value, "parse", None)):
         raise UserError(
             f"parser {spec!r} has no parse(text) method; subclass "

@@ -70,6 +70,14 @@ def _own_template(tokenizer) -> str:
 
 def guess_parser(text: str) -> str:
     """The tool-call parser that matches the markup a template teaches the model."""
+    if "<|channel|>" in text:  # gpt-oss harmony
+        return "harmony"
+    if "func_name1(params_name1=" in text or "python list of calls" in text:
+        return "pythonic"  # Llama 3.2/4's pythonic prompt, or the packaged pythonic template
+    if "<｜tool▁call▁begin｜>" in text:
+        return "deepseek_v3"
+    if "<function=" in text:  # Qwen3-Coder's XML calls, inside <tool_call> tags
+        return "qwen3_coder"
     if "<tool_call>" in text:
         return "hermes"
     if "[TOOL_CALLS]" in text:

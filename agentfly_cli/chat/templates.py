@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import logging
 import os
-from pathlib import Path
 from typing import Any
 
 from agentfly_cli.chat.encoding import TextEncoder
 from agentfly_cli.chat.sources import TemplateSource, guess_parser, resolve_template
+from agentfly_cli.chat.tokenizer_loading import load_tokenizer
 from agentfly_cli.errors import UserError
 from agentfly_cli.settings.chat import ObservationSettings
 
@@ -27,28 +27,17 @@ log = logging.getLogger(__name__)
 _PROMPT_CACHE_SIZE = 4096
 _SLOT = "AGENTFLYSLOT{}X"
 _PROBE = "  \n<probe {} & 'q' \"x\" {{y}} \\ >\n  "
+# Turns that end one way when sampled and another in history, by the end-of-turn text that a
+# template writes after a conversation's last assistant message. Harmony (gpt-oss) samples
+# <|return|> (a final answer) or <|call|> (a tool call); once more messages follow, history ends
+# a final answer with <|end|>, which also closes each message inside a sampled turn (analysis,
+# then final), so it never stops sampling.
+OTHER_SAMPLED_ENDS = {"<|return|>": ("<|call|>",)}
+HISTORY_ENDS = {"<|return|>": "<|end|>"}
 
 
 class ChatTemplateError(UserError):
     """A chat template that cannot render, or whose turns cannot be cut into exact deltas."""
-
-
-def load_tokenizer(spec: str | os.PathLike):
-    """A tokenizer from a local folder (never from a hub)."""
-    from transformers import AutoTokenizer
-
-    path = Path(spec).expanduser()
-    if not path.is_dir():
-        raise UserError(
-            f"tokenizer folder {os.fspath(spec)!r} not found; pass a local model folder"
-        )
-    try:
-        return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-    except Exception as exc:  # transformers raises many kinds for a broken folder
-        raise UserError(
-            f"cannot load a tokenizer from {os.fspath(spec)!r} ({type(exc).__name__}: {exc}); "
-            "the folder needs tokenizer.json or the tokenizer's vocabulary files"
-        ) from exc
 
 
 class ChatTemplate:
@@ -77,8 +66,17 @@ class ChatTemplate:
         self._eot_text, self._before_eot = self._find_turn_end()
         eot_id = self._single_id(self._eot_text)
         self.eot_token_ids: list[int] = [eot_id]
+        self._end_texts = [self._eot_text]  # every text that ends a sampled turn
+        for text in OTHER_SAMPLED_ENDS.get(self._eot_text, ()):
+            if len(ids := self.encode_text(text)) == 1 and ids[0] not in self.eot_token_ids:
+                self.eot_token_ids.append(ids[0])
+                self._end_texts.append(text)
+        # what history writes in place of the end-of-turn token (harmony: <|end|>), else None
+        self.history_end = HISTORY_ENDS.get(self._eot_text)
+        if self.history_end is not None and len(self.encode_text(self.history_end)) != 1:
+            self.history_end = None
         eos_id = getattr(tokenizer, "eos_token_id", None)
-        if isinstance(eos_id, int) and eos_id != eot_id:
+        if isinstance(eos_id, int) and eos_id not in self.eot_token_ids:
             self.eot_token_ids.append(eos_id)
 
     @classmethod
@@ -88,13 +86,17 @@ class ChatTemplate:
         template: str | os.PathLike | None = None,
         observation: ObservationSettings | None = None,
         chat_template_kwargs: dict | None = None,
+        *,
+        tokenizer_loader: str = "auto",
     ) -> ChatTemplate:
         """Load from a tokenizer (or a tokenizer folder) and an optional template override.
 
         ``template``: None for the tokenizer's own, a packaged name, or a path to a .jinja file.
+        ``tokenizer_loader`` reads a folder (chat/tokenizer_loading.py): auto, transformers or
+        tokenizer.json.
         """
         if isinstance(tokenizer, (str, os.PathLike)):
-            tokenizer = load_tokenizer(tokenizer)
+            tokenizer = load_tokenizer(tokenizer, tokenizer_loader)
         source = resolve_template(tokenizer, template)
         return cls(tokenizer, source, observation, chat_template_kwargs)
 
@@ -160,7 +162,7 @@ class ChatTemplate:
 
     def encode_response(self, text: str) -> list[int]:
         """Ids "as if sampled" for a scripted assistant turn: the text, then the end-of-turn id."""
-        if text.endswith(self._eot_text):
+        if any(text.endswith(end) for end in self._end_texts):
             return self.encode_text(text)
         return self.encode_text(text + self._before_eot) + [self.eot_token_ids[0]]
 
@@ -201,8 +203,10 @@ class ChatTemplate:
             ids = self.eot_token_ids[:1] + self.encode_text(text)
         if closed:
             return ids[1:]
-        # The turn ended on a stop token, not on its end-of-turn token: close it first.
-        return (self.encode_text(self._before_eot) if self._before_eot else []) + ids
+        # The turn ended on a stop token, not on its end-of-turn token: close it first, as
+        # history closes a turn (harmony: <|end|>; <|return|> only ever ends sampling).
+        close = self.encode_text(self.history_end) if self.history_end else ids[:1]
+        return (self.encode_text(self._before_eot) if self._before_eot else []) + close + ids[1:]
 
     def stop_token_ids(self, stops: list[str]) -> list[int]:
         """Ids of every vocabulary token whose text contains one of ``stops`` (e.g. a newline),
@@ -260,33 +264,37 @@ class ChatTemplate:
         after = self.render_text(
             self._canonical + list(messages), tools, add_generation_prompt=True
         )
-        start_before, end_before = self._assistant_turn(before)
-        start_after, end_after = self._assistant_turn(after)
-        if before[start_before:end_before] != after[start_after:end_after]:
+        start_before, token_before, _ = self._assistant_turn(before)
+        start_after, token_after, end_after = self._assistant_turn(after)
+        # the text up to the end token must agree; the token itself may be its history form
+        if before[start_before:token_before] != after[start_after:token_after]:
             raise ChatTemplateError(
                 f"chat template {self.name!r} ends an assistant turn differently once "
-                f"{_roles(messages)} follow ({before[start_before:end_before]!r} vs "
-                f"{after[start_after:end_after]!r}), so sampled turns cannot be kept as sampled; "
-                "pass another --template"
+                f"{_roles(messages)} follow ({before[start_before:token_before]!r} vs "
+                f"{after[start_after:token_after]!r}), so sampled turns cannot be kept as "
+                "sampled; pass another --template"
             )
         return after[end_after:]
 
     # -- internals -----------------------------------------------------------------------------
-    def _assistant_turn(self, text: str) -> tuple[int, int]:
-        """Span from the canonical assistant content to the end of its end-of-turn token."""
+    def _assistant_turn(self, text: str) -> tuple[int, int, int]:
+        """Where the canonical assistant content starts, and where the token that ends its turn
+        (the end-of-turn token, or its history form) starts and ends."""
         start = text.find(SENTINEL)
         if start < 0 or text.count(SENTINEL) != 1:
             raise ChatTemplateError(
                 f"chat template {self.name!r} does not write an assistant message's content "
                 "verbatim, so turn deltas cannot be found; pass another --template"
             )
-        end = text.find(self._eot_text, start + len(SENTINEL))
-        if end < 0:
+        ends = [self._eot_text] + ([self.history_end] if self.history_end else [])
+        found = [(at, end) for end in ends if (at := text.find(end, start + len(SENTINEL))) >= 0]
+        if not found:
             raise ChatTemplateError(
                 f"chat template {self.name!r} does not end an assistant turn with "
-                f"{self._eot_text!r} once tool results follow; pass another --template"
+                f"{' or '.join(map(repr, ends))} once tool results follow; pass another --template"
             )
-        return start, end + len(self._eot_text)
+        at, end = min(found)
+        return start, at, at + len(end)
 
     def _find_turn_end(self) -> tuple[str, str]:
         """The end-of-turn token text after an assistant turn, and any text the template puts

@@ -16,6 +16,7 @@ from agentfly_cli.cli import (
     env_cmd,
     envs_cmd,
     models_cmd,
+    parsers_cmd,
     plugins_cmd,
     recipes_cmd,
     rewards_cmd,
@@ -79,6 +80,7 @@ def build_app(*, with_plugin_commands: bool = True) -> typer.Typer:
     app.add_typer(recipes_cmd.app, name="recipes")
     app.add_typer(models_cmd.app, name="models")
     app.add_typer(backends_cmd.app, name="backends")
+    app.add_typer(parsers_cmd.app, name="parsers")
     app.command("rollout")(rollout_cmd.rollout)
     app.command("eval")(rollout_cmd.evaluate)
     app.command("view")(view_cmd.view)

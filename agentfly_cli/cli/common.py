@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentfly_cli.cli.output import warn
+from agentfly_cli.cli.output import print_json, stdout_console, table, warn
 from agentfly_cli.plugins import PluginHost, get_plugin_host
 from agentfly_cli.registry import Entry, Registry, conflict_message
 
@@ -41,3 +41,29 @@ def conflict_of(registry: Registry, entry: Entry) -> str | None:
     if not entries:
         return None
     return conflict_message(registry.singular, entry.name, entries[0], entries[1])
+
+
+def print_listing(kind: str, as_json: bool) -> None:
+    """Print the components of ``kind`` (name, description, plugin) as a table or JSON."""
+    registry = host_with_warnings().components.of(kind)
+    items = [
+        {
+            "name": entry.name,
+            "description": entry.description,
+            **provenance_fields(entry),
+            "conflict": conflict_of(registry, entry),
+        }
+        for entry in registry.entries()
+    ]
+    if as_json:
+        print_json(items)
+        return
+    rows = [
+        (
+            item["name"],
+            item["description"],
+            item["plugin"] + (" (CONFLICT)" if item["conflict"] else ""),
+        )
+        for item in items
+    ]
+    stdout_console().print(table(f"{len(items)} {kind}", ("name", "description", "plugin"), rows))

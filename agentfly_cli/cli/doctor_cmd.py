@@ -11,6 +11,12 @@ MODEL = typer.Argument(..., help="A model folder (its tokenizer and chat templat
 PARSER = typer.Option(None, "--parser", help="The tool-call format to check (default: guessed).")
 TEMPLATE = typer.Option(None, "--template", help="A packaged template name or a .jinja file.")
 ROLE = typer.Option("tool", "--observation-role", help="The role tool results are sent as.")
+LOADER = typer.Option(
+    "auto",
+    "--tokenizer-loader",
+    help="How the tokenizer folder is read, as backend.tokenizer_loader: auto, transformers "
+    "(AutoTokenizer) or tokenizer.json (the file as is).",
+)
 
 
 @handle_errors
@@ -19,6 +25,7 @@ def doctor(
     parser: str | None = PARSER,
     template: str | None = TEMPLATE,
     observation_role: str = ROLE,
+    tokenizer_loader: str = LOADER,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Check MODEL's tokenizer, chat template and tool-call parser for multi-turn RL.
@@ -28,7 +35,13 @@ def doctor(
     """
     from agentfly_cli.chat.doctor import FAIL, diagnose
 
-    verdicts = diagnose(model, parser=parser, template=template, observation_role=observation_role)
+    verdicts = diagnose(
+        model,
+        parser=parser,
+        template=template,
+        observation_role=observation_role,
+        tokenizer_loader=tokenizer_loader,
+    )
     if as_json:
         print_json([v.to_dict() for v in verdicts])
     else:

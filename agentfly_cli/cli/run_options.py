@@ -68,7 +68,11 @@ RUN_OPTIONS: dict[str, tuple[Any, Any]] = {
     ),
     "parser": (
         str | None,
-        typer.Option(None, "--parser", help="Tool-call format: hermes, line, react, ..."),
+        typer.Option(
+            None,
+            "--parser",
+            help="Tool-call format: hermes, line, react, ... (`agentfly parsers list`).",
+        ),
     ),
     "base_url": (
         str | None,

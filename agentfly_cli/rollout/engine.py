@@ -116,6 +116,9 @@ class RolloutEngine:
         self.envs = env_manager or ResourceManager(self.env_specs)  # the env pools
         self.meta = dict(meta or {})  # copied into every trajectory (e.g. the tokenizer folder)
         self.tool_schemas = [t.schema for t in tools] or None
+        with_tools = getattr(parser, "with_tools", None)
+        if callable(with_tools) and self.tool_schemas:  # a format that reads values by schema
+            self.parser = with_tools(self.tool_schemas)
         warn_if_tools_unseen(chat, self.tool_schemas, getattr(parser, "name", ""))
         missing = sorted({t.env for t in tools if t.env and t.env not in self.env_specs})
         if missing:

@@ -169,8 +169,10 @@ def resolve_run(
         config.chat.template,
         config.chat.observation,
         config.chat.chat_template_kwargs or None,
+        tokenizer_loader=backend_config.tokenizer_loader,
     )
-    parser = get_parser(config.chat.parser or chat.default_parser, config.chat.parser_options)
+    parser_name = config.chat.parser or chat.default_parser
+    parser = get_parser(parser_name, config.chat.parser_options, host=host)
     agent = None
     if config.agent is not None:
         from agentfly_cli.serve.agent_engine import load_agent

@@ -44,7 +44,7 @@ def build_gateway(
             f"the {backend} backend does not return the sampled token ids, so the gateway "
             "could not record them; serve with --backend hf or vllm"
         )
-    chosen = get_parser(parser or chat.default_parser)
+    chosen = get_parser(parser or chat.default_parser, host=host)
     return Gateway(rollout_backend, chat, chosen, model, max_tokens=max_tokens)
 
 

@@ -3,6 +3,8 @@ backend's (``backend:``)."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
@@ -68,6 +70,13 @@ class BackendSettings(BaseModel):
     name: str = Field("hf", description="backend name: hf, vllm, openai, scripted, or a plugin's")
     model: str | None = Field(None, description="model folder or alias (tiny, smollm2)")
     tokenizer: str | None = Field(None, description="tokenizer folder, if not the model's")
+    tokenizer_loader: Literal["auto", "transformers", "tokenizer.json"] = Field(
+        "auto",
+        description="how the tokenizer folder is read, for the chat layer and the backend alike: "
+        "transformers (AutoTokenizer), tokenizer.json (the file as is), or auto (AutoTokenizer, "
+        "unless it loses text and tokenizer.json as is does not, e.g. DeepSeek-V3 under "
+        "transformers 5)",
+    )
     device: str = Field("auto", description="hf: cpu, cuda, cuda:1 or auto")
     dtype: str = Field("auto", description="float32, bfloat16, float16 or auto")
     max_batch_size: int = Field(64, ge=1, description="hf: most requests in one forward pass")

@@ -76,7 +76,11 @@ class ChatSettings(BaseModel):
         default_factory=dict,
         description="extra variables of the template (e.g. enable_thinking: false for Qwen3)",
     )
-    parser: str | None = Field(None, description="tool-call format; None: guessed from template")
+    parser: str | None = Field(
+        None,
+        description="a registered tool-call format (agentfly parsers list) or module:attr; "
+        "None: guessed from the template",
+    )
     parser_options: dict[str, Any] = Field(
         default_factory=dict,
         description="settings of the parser (e.g. the line parser's commands: "

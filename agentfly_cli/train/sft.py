@@ -167,9 +167,9 @@ def check_tokenizer(chains: Sequence[Trajectory], tokenizer: Any, model_dir: Pat
     for source in dict.fromkeys(str(t.meta.get("tokenizer") or "") for t in chains):
         if not source or not Path(source).is_dir() or Path(source) == model_dir:
             continue
-        from transformers import AutoTokenizer
+        from agentfly_cli.chat.tokenizer_loading import load_tokenizer
 
-        theirs = AutoTokenizer.from_pretrained(source)
+        theirs = load_tokenizer(source)
         if theirs.get_vocab() != tokenizer.get_vocab():
             raise UserError(
                 f"the trajectories were tokenized with {source}, whose vocabulary is not the "
@@ -299,8 +299,7 @@ def fine_tune(
 ) -> SFTResult:
     """Fine-tune ``model`` (default: the chains' own) on the chains of ``paths``; write
     ``out/model``, ``out/sft.json``, ``out/metrics.jsonl`` and ``out/plot.png``."""
-    from transformers import AutoTokenizer
-
+    from agentfly_cli.chat.tokenizer_loading import load_tokenizer
     from agentfly_cli.models.resolve import resolve_model
     from agentfly_cli.train.telemetry import Telemetry
 
@@ -321,7 +320,7 @@ def fine_tune(
             f"no chain to learn from ({reasons}); lower --min-reward or roll out chains that score"
         )
     model_path = resolve_model(model) if model else Path(default_model(chains))
-    tokenizer = AutoTokenizer.from_pretrained(str(model_path))
+    tokenizer = load_tokenizer(model_path)  # as rollouts read it (DeepSeek-V3 needs that)
     check_tokenizer(chains, tokenizer, model_path)
     train_chains, held_chains = split_by_task(chains, settings.holdout, settings.seed)
     out.mkdir(parents=True, exist_ok=True)

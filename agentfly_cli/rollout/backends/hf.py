@@ -80,7 +80,7 @@ class HFBackend(Backend):
         if tokenizer is None:
             from agentfly_cli.chat.templates import load_tokenizer
 
-            tokenizer = load_tokenizer(config.tokenizer or config.model)
+            tokenizer = load_tokenizer(config.tokenizer or config.model, config.tokenizer_loader)
         self.tokenizer = tokenizer
         self.dtype = next(model.parameters()).dtype
         self._torch = torch

@@ -348,5 +348,5 @@ class OpenAIBackend(Backend):
                 )
             from agentfly_cli.chat.templates import load_tokenizer
 
-            self.tokenizer = load_tokenizer(source)
+            self.tokenizer = load_tokenizer(source, self.config.tokenizer_loader)
         return self.tokenizer
