@@ -13,7 +13,14 @@ a multi-turn conversation: every request extends the previous one, as agents' do
   backend echoes the session's marker, so a reply or a recorded turn in the wrong session
   shows: lost and misattributed requests are counted.
 
-The HTTP client runs in this process and shares the CPU with the server (2 cores here).
+- ``separate_client``: the ``loaded`` HTTP case with the client in another process, so that
+  the server's own CPU time per request can be read (``server_cpu_ms``: this process's CPU
+  seconds while the client ran, over its requests) and set against a direct backend call's
+  (``direct_cpu_ms``): ``overhead_cpu_ms`` is what the gateway, Starlette, uvicorn and JSON
+  cost per request at that concurrency, whatever the queueing.
+
+In ``unloaded`` and ``loaded`` the HTTP client runs in this process and shares the CPU with the
+server (2 cores here).
 Run: python benchmarks/gateway_bench.py [--sessions 256] [--many 1000] [--out FILE.json]
 """
 
@@ -26,6 +33,7 @@ import os
 import platform
 import re
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -188,6 +196,41 @@ def measure(chat: ChatTemplate, sessions: int, turns: int) -> dict:
     return out
 
 
+def separate_client(chat: ChatTemplate, sessions: int, turns: int) -> dict:
+    """``sessions`` concurrent HTTP sessions from a client process; the server's CPU time."""
+    backend = Instant(chat.encode_response("OK."))
+    direct: list[float] = []
+    cpu = time.process_time()
+    drive(sessions, False, lambda i: session_direct(backend, chat, i, turns, direct))
+    direct_cpu = (time.process_time() - cpu) / len(direct)
+    gateway = Gateway(backend, chat, get_parser("hermes"), "tiny")
+    with serving_in_thread(build_app(gateway)) as url:
+        cpu = time.process_time()
+        done = subprocess.run(
+            [sys.executable, __file__, "--client", url, "--sessions", str(sessions),
+             "--turns", str(turns)],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        server_cpu = time.process_time() - cpu
+    if done.returncode != 0:
+        raise RuntimeError(f"the client process failed: {done.stderr[-2000:]}")
+    client = json.loads(done.stdout)
+    requests = client["latency"]["n"]
+    return {"sessions": sessions, "turns": turns, "requests": requests,
+            "client_wall_s": client["wall_s"], "latency": client["latency"],
+            "service_ms": round(client["wall_s"] / requests * 1e3, 3),
+            "server_cpu_ms": round(server_cpu / requests * 1e3, 3),
+            "direct_cpu_ms": round(direct_cpu * 1e3, 3),
+            "overhead_cpu_ms": round((server_cpu / requests - direct_cpu) * 1e3, 3)}  # fmt: skip
+
+
+def client_main(url: str, sessions: int, turns: int) -> None:
+    """The client process of :func:`separate_client`: its latencies and wall, as JSON."""
+    times: list[float] = []
+    wall = drive_http(url, sessions, False, turns, times)
+    print(json.dumps({"wall_s": wall, "latency": percentiles(times)}))
+
+
 def thousand_sessions(chat: ChatTemplate, sessions: int = 1000, turns: int = 3) -> dict:
     import httpx
 
@@ -234,7 +277,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--turns", type=int, default=4)
     parser.add_argument("--many", type=int, default=1000, help="sessions of the lost/mixed check")
     parser.add_argument("--out", default=None)
+    parser.add_argument("--client", default=None, help=argparse.SUPPRESS)  # the client process
     args = parser.parse_args(argv)
+    if args.client:
+        client_main(args.client, args.sessions, args.turns)
+        return {}
     folder = build_tiny_model(Path(tempfile.mkdtemp()) / "tiny")
     chat = ChatTemplate.load(str(folder))
     result = {
@@ -242,6 +289,7 @@ def main(argv: list[str] | None = None) -> dict:
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "target_overhead_p50_ms": TARGET_OVERHEAD_MS,
         **measure(chat, args.sessions, args.turns),
+        "separate_client": separate_client(chat, args.sessions, args.turns),
         "many_sessions": thousand_sessions(chat, args.many),
     }
     text = json.dumps(result, indent=2)

@@ -25,6 +25,12 @@ def test_the_benchmark_reports_overheads_and_no_lost_request(bench, tmp_path):
         for path in ("direct", "gateway", "http"):
             assert section[path]["n"] == count * 2 and section[path]["p50_ms"] >= 0
         assert set(section["overhead_p50_ms"]) == {"gateway", "http"}
+    separate = result["separate_client"]
+    assert (separate["sessions"], separate["requests"]) == (8, 16)
+    assert separate["server_cpu_ms"] > 0 and separate["latency"]["n"] == 16
+    assert separate["overhead_cpu_ms"] == pytest.approx(
+        separate["server_cpu_ms"] - separate["direct_cpu_ms"], abs=0.002
+    )
     many = result["many_sessions"]
     assert (many["sessions"], many["requests"]) == (40, 120)
     assert many["lost"] == many["misattributed_replies"] == many["misrecorded_sessions"] == 0
