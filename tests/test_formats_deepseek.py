@@ -4,6 +4,7 @@ doctor's verdicts on that folder."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 
@@ -365,3 +366,35 @@ def test_doctor_fails_the_broken_tokenizer_and_its_fix_works(broken, folder):
     assert fail["fix"].startswith("--set backend.tokenizer_loader=tokenizer.json")
     code, verdicts = doctor(folder, "--tokenizer-loader", "tokenizer.json")
     assert code == 0 and verdicts["tokenizer round trip"]["status"] == "pass"
+
+
+# -- the gateway ------------------------------------------------------------------------------
+def test_the_gateway_records_a_deepseek_tool_loop_token_exactly(chat):
+    """An OpenAI client's loop on DeepSeek-V3's own template: the call comes back as OpenAI
+    ``tool_calls``; the echoed history (whose arguments the template only writes as a string,
+    with no content) extends the segment by the tool result's delta."""
+    from agentfly_cli.serve.gateway import Gateway
+    from tests.test_serve_capture import Replies, echoed
+
+    reply = turn(v3("calculator", {"expression": "6 * 7"}))
+    backend = Replies(chat, [reply, "It is 42."])
+    gateway = Gateway(backend, chat, get_parser("deepseek_v3"), "deepseek")
+    messages = [{"role": "user", "content": "What is 6 * 7?"}]
+    first = asyncio.run(gateway.complete("d1", {"messages": messages, "tools": TOOLS}))
+    message = first["choices"][0]["message"]
+    [call] = message["tool_calls"]
+    assert call["function"]["name"] == "calculator"
+    assert json.loads(call["function"]["arguments"]) == {"expression": "6 * 7"}
+    history = {**echoed(message), "content": None}  # as the openai SDK echoes a call
+    messages += [history, {"role": "tool", "tool_call_id": "x", "content": "42"}]
+    second = asyncio.run(gateway.complete("d1", {"messages": messages, "tools": TOOLS}))
+    assert second["choices"][0]["message"]["content"] == "It is 42."
+    [trajectory] = gateway.close_episode("d1", reward=1.0).trajectories()
+    trajectory.check()
+    grown = chat.decode(backend.prompts[1][len(backend.prompts[0]) :])
+    assert grown.startswith(reply) and "<｜tool▁output▁begin｜>42" in grown
+    # a history that extends no segment is rendered whole: the call in the template's form
+    backend.texts.append("42.")
+    asyncio.run(gateway.complete("d2", {"messages": messages, "tools": TOOLS}))
+    fresh = chat.decode(backend.prompts[2])
+    assert f"{SEP}calculator" in fresh and "<｜tool▁output▁begin｜>42" in fresh

@@ -64,13 +64,15 @@ def content_text(content: Any) -> str:
 
 
 def template_messages(
-    messages: list[dict[str, Any]], chat: Any = None, start: int = 0
+    messages: list[dict[str, Any]], chat: Any = None, start: int = 0, wire: bool = False
 ) -> list[dict[str, Any]]:
     """OpenAI messages from ``start`` on as chat templates expect them: text content, tool call
     arguments as objects (templates ``tojson`` them), and each tool result's ``name`` (some
     templates need it; OpenAI sends only the ``tool_call_id``) from the call it answers. With
     ``chat``, tool results are presented as its ``chat.observation`` settings say (a user turn,
-    a text template), as in recipes' rollouts."""
+    a text template), as in recipes' rollouts. ``wire``: tool calls in OpenAI's wire form
+    instead (arguments a JSON string, no content), the only one some templates write
+    (DeepSeek-V3's)."""
     out = []
     names: dict[str, str] = {}
     for message in messages:
@@ -88,10 +90,15 @@ def template_messages(
         for call in message.get("tool_calls") or []:
             function = dict(call.get("function") or {})
             if "arguments" in function:
-                function["arguments"] = parsed_arguments(function["arguments"])
+                arguments = parsed_arguments(function["arguments"])
+                function["arguments"] = (
+                    json.dumps(arguments, ensure_ascii=False) if wire else arguments
+                )
             calls.append({**call, "function": function})
         if calls:
             converted["tool_calls"] = calls
+            if wire and not converted["content"]:
+                converted["content"] = None
         else:
             converted.pop("tool_calls", None)
         out.append(converted)
@@ -114,6 +121,44 @@ def _observations_as_configured(messages: list[dict[str, Any]], chat: Any) -> li
         if message is not None:
             out.append(message)
     return out
+
+
+_PROBE_TOOL = "agentfly_probe_tool"
+
+
+def wire_calls(chat: Any) -> bool:
+    """Whether ``chat``'s template writes tool calls only in OpenAI's wire form (arguments a
+    JSON string, no content), as DeepSeek-V3's does, where structured arguments render no call
+    or fail. Probed once per template."""
+    from agentfly_cli.chat.templates import ChatTemplateError
+
+    known = getattr(chat, "_wire_calls", None)
+    if known is not None:
+        return known
+    call = {"id": "c1", "type": "function",
+            "function": {"name": _PROBE_TOOL, "arguments": {"x": 1}}}  # fmt: skip
+    messages = [{"role": "user", "content": "hi"},
+                {"role": "assistant", "content": "", "tool_calls": [call]}]  # fmt: skip
+    try:
+        structured = _PROBE_TOOL in chat.render_text(messages)
+    except (ChatTemplateError, AttributeError):
+        structured = False
+    wire = False
+    if not structured:
+        messages[1] = template_messages(messages[1:], wire=True)[0]
+        try:
+            wire = _PROBE_TOOL in chat.render_text(messages)
+        except (ChatTemplateError, AttributeError):
+            wire = False
+    try:
+        chat._wire_calls = wire
+    except AttributeError:  # a chat object that takes no attributes: probe each time
+        pass
+    return wire
+
+
+def _wire(chat: Any, messages: list[dict[str, Any]]) -> bool:
+    return any(m.get("tool_calls") for m in messages) and wire_calls(chat)
 
 
 @dataclass
@@ -157,9 +202,11 @@ class Episode:
                 if best is None or size > len(best.conversation):
                     best = segment
         if best is None:
-            ids = chat.render_prompt(template_messages(messages, chat), tools)
+            converted = template_messages(messages, chat, wire=_wire(chat, messages))
+            ids = chat.render_prompt(converted, tools)
             return Plan(list(ids), list(ids), conversation)
-        new = template_messages(messages, chat, start=len(best.conversation))
+        start = len(best.conversation)
+        new = template_messages(messages, chat, start, _wire(chat, messages[start:]))
         delta = chat.observation_delta(new, tools, closed=best.turn_closed)
         ids = best.trajectory.ids
         return Plan([*ids, *delta], delta, conversation, best, len(ids))
