@@ -312,11 +312,15 @@ def test_cancelled_request_leaves_the_batch(backend, prompts):
         short = asyncio.ensure_future(backend.generate(prompts[1], GREEDY))
         await short
         long.cancel()
-        await asyncio.sleep(0.05)
+        # the worker drops it at its next step; a step can take long on a loaded machine
+        for _ in range(500):
+            if not backend._active:
+                break
+            await asyncio.sleep(0.01)
         return backend.stats["decode_passes"], len(backend._active)
 
     passes, active = run(go())
-    assert active == 0 and passes < 2000
+    assert active == 0 and passes < 2000  # dropped, not decoded to its 2000 tokens
 
 
 def test_closed_backend_refuses_requests(tiny_model, tokenizer, prompts):
