@@ -21,8 +21,8 @@ a 2-core CPU: run one at a time (``--recipes search_qa``) and commit ``docs/lear
 each.
 
 Run: .venv/bin/python benchmarks/learning_table.py [--recipes code_math,search_qa]
-     [--out docs/learning] [--runs runs/learning] [--redo] [--model M] [--set KEY=VALUE ...]
-     [--table-only]
+     [--out docs/learning] [--runs runs/learning] [--redo | --redo-train] [--model M]
+     [--set KEY=VALUE ...] [--table-only]
 """
 
 from __future__ import annotations
@@ -219,15 +219,20 @@ def run_recipe(
     eval_every: int = EVAL_EVERY,
     save: Any = lambda: None,
     extend: bool = False,
+    redo_train: bool = False,
 ) -> None:
     """Run what is missing of ``recipe``'s row (updated in place; ``save()`` after a phase).
 
     ``extend``: a finished training run continues from its newest checkpoint to the steps
-    its command asks for now (a recipe whose ``trainer.steps`` grew)."""
+    its command asks for now (a recipe whose ``trainer.steps`` grew). ``redo_train``: train
+    again from scratch (new RL settings), keeping the base model's eval."""
     run = runs / recipe
     if redo:
         shutil.rmtree(run, ignore_errors=True)
         row.pop("phases", None)
+    elif redo_train:
+        shutil.rmtree(run / "train", ignore_errors=True)
+        row.get("phases", {}).pop("train", None)
     run.mkdir(parents=True, exist_ok=True)
     log = run / "log.txt"
     phases = row.setdefault("phases", {})
@@ -423,6 +428,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--redo", action="store_true", help="run the recipes' phases again")
     parser.add_argument(
+        "--redo-train",
+        action="store_true",
+        help="run the training phase again (new RL settings), keeping the base eval",
+    )
+    parser.add_argument(
         "--extend",
         action="store_true",
         help="continue finished training runs from their last checkpoint to the recipe's steps",
@@ -463,6 +473,7 @@ def main(argv: list[str] | None = None) -> int:
                     args.eval_every,
                     save=lambda: write_outputs(table, out),
                     extend=args.extend,
+                    redo_train=args.redo_train,
                 )
             finally:
                 write_outputs(table, out)  # what finished is kept, even when a phase failed

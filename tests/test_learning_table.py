@@ -111,6 +111,14 @@ def test_a_tiny_row_runs_resumes_and_writes_json_markdown_and_png(table, tiny_mo
     assert len(train["attempts"]) == 2 and "--resume" in train["attempts"][1]["command"]
     log = (runs / "calculator" / "log.txt").read_text()
     assert longer["phases"]["base"] == base and log.count("agentfly_cli eval calculator") == 1
+    # --redo-train: new RL settings; training starts over from step 0, the base eval is kept
+    assert table.main([*args, "--set", "trainer.steps=1", "--redo-train"]) == 0
+    redone = json.loads((out / "learning_table.json").read_text())["recipes"]["calculator"]
+    assert [p["step"] for p in redone["phases"]["train"]["curve"]] == [0, 1]
+    assert len(redone["phases"]["train"]["attempts"]) == 1
+    assert "--resume" not in redone["phases"]["train"]["attempts"][0]["command"]
+    log = (runs / "calculator" / "log.txt").read_text()
+    assert redone["phases"]["base"] == base and log.count("agentfly_cli eval calculator") == 1
 
 
 def test_an_unknown_recipe_is_refused(table, tmp_path, capsys):

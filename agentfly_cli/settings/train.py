@@ -191,6 +191,12 @@ class TrainerSettings(OptimizationSettings):
     epochs: int = Field(1, ge=1, description="passes over each step's trajectories")
     mini_batches: int = Field(1, ge=1, description="optimizer steps per epoch")
     shuffle: bool = Field(True, description="shuffle tasks each epoch of the dataset")
+    balance: str | None = Field(
+        None,
+        description="a data field (e.g. type): each step's tasks are dealt round-robin over its "
+        "values, so every kind of task comes round evenly (train/balance.py); null: a plain "
+        "shuffled stream",
+    )
     save_every: int = Field(0, ge=0, description="checkpoint every N steps; 0: only at the end")
     keep_checkpoints: int = Field(2, ge=1, description="checkpoints kept in the run folder")
     save_only_model: bool = Field(

@@ -20,6 +20,7 @@ from typing import Any
 
 from agentfly_cli.errors import UserError
 from agentfly_cli.settings.train import CurriculumSettings
+from agentfly_cli.train.balance import BalancedStream
 from agentfly_cli.train.data import TaskStream
 
 
@@ -52,6 +53,7 @@ class CurriculumStream:
         *,
         seed: int = 0,
         shuffle: bool = True,
+        balance: str | None = None,
     ) -> None:
         if not tasks:
             raise ValueError("the dataset has no tasks")
@@ -74,7 +76,7 @@ class CurriculumStream:
             )
         self.unlevelled = unlevelled  # rows outside every level: never trained on
         self.streams = [
-            TaskStream(by_level[level], seed=f"{seed}:{level}", shuffle=shuffle)
+            _stream(by_level[level], seed=f"{seed}:{level}", shuffle=shuffle, balance=balance)
             for level in self.levels
         ]
         self.seed = seed
@@ -152,10 +154,24 @@ class CurriculumStream:
             stream.position = int(position)
 
 
+def _stream(
+    tasks: Sequence[Mapping[str, Any]], *, seed: int | str, shuffle: bool, balance: str | None
+) -> TaskStream | BalancedStream:
+    if balance is None:
+        return TaskStream(tasks, seed=seed, shuffle=shuffle)
+    return BalancedStream(tasks, balance, seed=seed, shuffle=shuffle)
+
+
 def task_stream(
-    tasks: Sequence[Mapping[str, Any]], settings: CurriculumSettings, *, seed: int, shuffle: bool
-) -> TaskStream | CurriculumStream:
-    """The run's task stream: a curriculum when ``settings.field`` is set."""
+    tasks: Sequence[Mapping[str, Any]],
+    settings: CurriculumSettings,
+    *,
+    seed: int,
+    shuffle: bool,
+    balance: str | None = None,
+) -> TaskStream | BalancedStream | CurriculumStream:
+    """The run's task stream: a curriculum when ``settings.field`` is set; each level's (or
+    the whole data's) tasks balanced over the field ``balance`` when it is set."""
     if settings.enabled:
-        return CurriculumStream(tasks, settings, seed=seed, shuffle=shuffle)
-    return TaskStream(tasks, seed=seed, shuffle=shuffle)
+        return CurriculumStream(tasks, settings, seed=seed, shuffle=shuffle, balance=balance)
+    return _stream(tasks, seed=seed, shuffle=shuffle, balance=balance)

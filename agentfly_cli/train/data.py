@@ -33,12 +33,16 @@ class TaskStream:
             self._epoch = (epoch, order)
         return self._epoch[1]
 
+    def task_at(self, position: int) -> Mapping[str, Any]:
+        """The task this stream hands out at ``position`` (epochs wrap around)."""
+        epoch, index = divmod(position, len(self.tasks))
+        return self.tasks[self._order(epoch)[index]]
+
     def take(self, count: int) -> list[tuple[int, Mapping[str, Any]]]:
         """The next ``count`` tasks as ``(global position, task)``; epochs wrap around."""
         out = []
         for _ in range(count):
-            epoch, index = divmod(self.position, len(self.tasks))
-            out.append((self.position, self.tasks[self._order(epoch)[index]]))
+            out.append((self.position, self.task_at(self.position)))
             self.position += 1
         return out
 

@@ -31,7 +31,11 @@ class TaskPlan:
         self.split = split_tasks(tasks, settings.eval, data=data, seed=settings.seed)
         self.held_out = HeldOutEval(self.split, settings.eval, settings.steps)
         self.stream = task_stream(
-            self.split.train, settings.curriculum, seed=settings.seed, shuffle=settings.shuffle
+            self.split.train,
+            settings.curriculum,
+            seed=settings.seed,
+            shuffle=settings.shuffle,
+            balance=settings.balance,
         )
         unlevelled = getattr(self.stream, "unlevelled", 0)
         if unlevelled:
