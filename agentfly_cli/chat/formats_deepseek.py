@@ -18,6 +18,7 @@ from agentfly_cli.chat.parsed import (
     json_error,
     strip_fence,
 )
+from agentfly_cli.chat.tag_scan import scan_tags
 
 CALLS_BEGIN = "<｜tool▁calls▁begin｜>"
 CALLS_END = "<｜tool▁calls▁end｜>"
@@ -48,41 +49,19 @@ class DeepSeekV3Parser(BaseParser):
         calls: list[ToolCall] = []
         errors: list[ParseError] = []
         content: list[str] = []
-        pos = 0
-        next_open, next_close = body.find(CALL_BEGIN), body.find(CALL_END)
-        while pos <= len(body):
-            # each marker is searched for once from where the scan stands: linear in the turn
-            if 0 <= next_open < pos:
-                next_open = body.find(CALL_BEGIN, pos)
-            if 0 <= next_close < pos:
-                next_close = body.find(CALL_END, pos)
-            start, stray = next_open, next_close
-            if stray >= 0 and (start < 0 or stray < start):
-                content.append(body[pos:stray])
-                raw = body[pos : stray + len(CALL_END)].strip()
+        for kind, start, end in scan_tags(body, CALL_BEGIN, CALL_END, reopen=True):
+            if kind == "text":
+                content.append(body[start:end])
+            elif kind == "stray":
+                raw = body[start:end].strip()
                 errors.append(self._error(f"found {CALL_END} without {CALL_BEGIN}", raw))
-                pos = stray + len(CALL_END)
-                continue
-            if start < 0:
-                content.append(body[pos:])
-                break
-            content.append(body[pos:start])
-            inner_start = start + len(CALL_BEGIN)
-            if 0 <= next_open < inner_start:
-                next_open = body.find(CALL_BEGIN, inner_start)
-            if next_close < 0 or 0 <= next_open < next_close:
-                stop = next_open if next_open >= 0 else len(body)
-                errors.append(
-                    self._error(f"{CALL_BEGIN} is not closed with {CALL_END}", body[start:stop])
-                )
-                if next_open < 0:
-                    break
-                pos = next_open
-                continue
-            raw = body[start : next_close + len(CALL_END)]
-            result = self._call(body[inner_start:next_close], raw)
-            (calls if isinstance(result, ToolCall) else errors).append(result)
-            pos = next_close + len(CALL_END)
+            elif kind == "unclosed":
+                raw = body[start:end]
+                errors.append(self._error(f"{CALL_BEGIN} is not closed with {CALL_END}", raw))
+            else:
+                raw = body[start : end + len(CALL_END)]
+                result = self._call(body[start + len(CALL_BEGIN) : end], raw)
+                (calls if isinstance(result, ToolCall) else errors).append(result)
         text = "".join(content)
         begin = text.find(CALLS_BEGIN)
         if begin >= 0 and not calls and not errors:

@@ -18,6 +18,7 @@ from agentfly_cli.chat.parsed import (
     json_values,
     strip_fence,
 )
+from agentfly_cli.chat.tag_scan import scan_tags
 
 
 def _add_calls(
@@ -69,41 +70,19 @@ class HermesParser(BaseParser):
         calls: list[ToolCall] = []
         errors: list[ParseError] = []
         content: list[str] = []
-        pos = 0
-        next_open, next_close = body.find(self.OPEN), body.find(self.CLOSE)
-        while pos <= len(body):
-            # each tag is searched for once: a turn of many stray tags stays linear
-            if 0 <= next_open < pos:
-                next_open = body.find(self.OPEN, pos)
-            if 0 <= next_close < pos:
-                next_close = body.find(self.CLOSE, pos)
-            start, stray = next_open, next_close
-            if stray >= 0 and (start < 0 or stray < start):
-                content.append(body[pos:stray])
-                errors.append(
-                    ParseError(
-                        f"found {self.CLOSE} without an opening {self.OPEN}. {self.expected}",
-                        body[pos : stray + len(self.CLOSE)].strip(),
-                    )
-                )
-                pos = stray + len(self.CLOSE)
-                continue
-            if start < 0:
-                content.append(body[pos:])
-                break
-            content.append(body[pos:start])
-            end = next_close  # not before start: an earlier one was a stray
-            if end < 0:
-                errors.append(
-                    ParseError(
-                        f"{self.OPEN} is not closed with {self.CLOSE}. {self.expected}",
-                        body[start:],
-                    )
-                )
-                break
-            raw = body[start : end + len(self.CLOSE)]
-            self._decode(strip_fence(body[start + len(self.OPEN) : end]), raw, calls, errors)
-            pos = end + len(self.CLOSE)
+        for kind, start, end in scan_tags(body, self.OPEN, self.CLOSE):
+            if kind == "text":
+                content.append(body[start:end])
+            elif kind == "stray":
+                message = f"found {self.CLOSE} without an opening {self.OPEN}. {self.expected}"
+                errors.append(ParseError(message, body[start:end].strip()))
+            elif kind == "unclosed":
+                message = f"{self.OPEN} is not closed with {self.CLOSE}. {self.expected}"
+                errors.append(ParseError(message, body[start:end]))
+            else:
+                raw = body[start : end + len(self.CLOSE)]
+                inner = strip_fence(body[start + len(self.OPEN) : end])
+                self._decode(inner, raw, calls, errors)
         return ParsedResponse("".join(content).strip(), calls, errors)
 
     def _decode(

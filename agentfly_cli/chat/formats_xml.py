@@ -31,6 +31,7 @@ from agentfly_cli.chat.parsed import (
     decode_json,
     nested_too_deeply,
 )
+from agentfly_cli.chat.tag_scan import scan_tags
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 FUNCTION, FUNCTION_END = "<function=", "</function>"
@@ -73,31 +74,17 @@ class Qwen3CoderParser(BaseParser):
         calls: list[ToolCall] = []
         errors: list[ParseError] = []
         content: list[str] = []
-        pos = 0
-        next_open, next_close = body.find(OPEN), body.find(CLOSE)
-        while pos <= len(body):
-            # each tag is searched for once from where the scan stands: linear in the turn
-            if 0 <= next_open < pos:
-                next_open = body.find(OPEN, pos)
-            if 0 <= next_close < pos:
-                next_close = body.find(CLOSE, pos)
-            start, stray = next_open, next_close
-            if stray >= 0 and (start < 0 or stray < start):
-                content += self._functions(body[pos:stray], calls, errors)
-                raw = body[pos : stray + len(CLOSE)].strip()
+        for kind, start, end in scan_tags(body, OPEN, CLOSE):
+            if kind == "text":
+                content += self._functions(body[start:end], calls, errors)
+            elif kind == "stray":
+                raw = body[start:end].strip()
                 errors.append(self._error(f"found {CLOSE} without an opening {OPEN}", raw))
-                pos = stray + len(CLOSE)
-                continue
-            if start < 0:
-                content += self._functions(body[pos:], calls, errors)
-                break
-            content += self._functions(body[pos:start], calls, errors)
-            if next_close < 0:
-                errors.append(self._error(f"{OPEN} is not closed with {CLOSE}", body[start:]))
-                break
-            raw = body[start : next_close + len(CLOSE)]
-            self._block(body[start + len(OPEN) : next_close], raw, calls, errors)
-            pos = next_close + len(CLOSE)
+            elif kind == "unclosed":
+                errors.append(self._error(f"{OPEN} is not closed with {CLOSE}", body[start:end]))
+            else:
+                raw = body[start : end + len(CLOSE)]
+                self._block(body[start + len(OPEN) : end], raw, calls, errors)
         return ParsedResponse("".join(content).strip(), calls, errors)
 
     def _block(self, inner: str, raw: str, calls: list, errors: list) -> None:
