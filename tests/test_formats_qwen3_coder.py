@@ -266,6 +266,55 @@ def test_the_engine_types_values_by_the_tools_schemas(tiny_model):
     assert record.status == "ok" and record.observation == "42 42"
 
 
+LOOKUP = [
+    {
+        "type": "function",
+        "function": {
+            "name": "lookup",
+            "parameters": {
+                "type": "object",
+                "properties": {"code": {"type": "string"}, "count": {"type": "integer"}},
+            },
+        },
+    }
+]
+
+
+def test_malformed_schemas_type_nothing_and_break_nothing():
+    """What a careless client may send reads as "no schema", never a crash."""
+    tools = [
+        {"function": {"name": "a", "parameters": {"properties": ["code"]}}},
+        {"function": {"name": "b", "parameters": {"properties": {"x": {"anyOf": 5, "enum": 3}}}}},
+        {"type": "function", "function": {"name": "lookup", "parameters": "code: string"}},
+        {"function": {"name": "c", "parameters": {"properties": {"y": {"oneOf": {"a": 1}}}}}},
+    ]
+    parsed = Qwen3CoderParser(tools).parse(xml("lookup", code="12") + xml("c", y="[1]"))
+    assert calls(parsed) == [("lookup", {"code": 12}), ("c", {"y": [1]})]
+
+
+@pytest.mark.parametrize(
+    ("tools", "expected"),
+    [
+        (LOOKUP, {"code": "12", "count": 3}),  # the schema says code is a string
+        (None, {"code": 12, "count": 3}),  # no schema: a JSON number reads as one
+    ],
+)
+def test_the_gateway_types_values_by_the_requests_tools(tiny_model, tools, expected):
+    from agentfly_cli.serve.gateway import Gateway
+    from tests.test_serve_capture import Replies
+
+    chat = ChatTemplate.load(tiny_model, "qwen3_coder")
+    text = xml("lookup", code="12", count="3")
+    gateway = Gateway(Replies(chat, [text, text]), chat, get_parser("qwen3_coder"), "m")
+    body = {"messages": [{"role": "user", "content": "Look up 12."}], "tools": tools}
+    for _ in range(2):  # the second request reuses the parser typed for these tools
+        reply = asyncio.run(gateway.complete(None, body))["choices"][0]
+        [call] = reply["message"]["tool_calls"]
+        assert json.loads(call["function"]["arguments"]) == expected
+        assert reply["finish_reason"] == "tool_calls"
+    assert len(gateway._typed_parsers) == (1 if tools else 0)
+
+
 # -- the packaged template on the real Qwen3 tokenizer ----------------------------------------
 @pytest.fixture(scope="module")
 def chat():

@@ -184,6 +184,11 @@ def test_n_choices_are_separate_segments_of_one_group(tiny_chat):
         ({"messages": [{"role": "user", "content": 3}]}, "messages"),
         ({"messages": [{"role": "assistant", "content": "", "tool_calls": "x"}]}, "messages"),
         ({"messages": [{"role": "assistant", "tool_calls": [{"function": 1}]}]}, "messages"),
+        ({"messages": [{"role": "user", "content": "x"}], "tools": ["calculator"]}, "tools"),
+        (
+            {"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]},
+            "tools",
+        ),
     ],
 )
 def test_bad_requests_name_the_parameter(tiny_chat, body, param):

@@ -208,7 +208,10 @@ def _parameter_types(tools: list[dict]) -> dict[str, dict[str, set[str] | None]]
         function = tool.get("function", tool) if isinstance(tool, dict) else None
         if not isinstance(function, dict) or not isinstance(function.get("name"), str):
             continue
-        properties = (function.get("parameters") or {}).get("properties") or {}
+        parameters = function.get("parameters")  # a client's tools may be malformed: any
+        properties = parameters.get("properties") if isinstance(parameters, dict) else None
+        if not isinstance(properties, dict):  # shape reads as "no schema", never a crash
+            properties = {}
         types[function["name"]] = {key: _schema_types(schema) for key, schema in properties.items()}
     return types
 
@@ -224,12 +227,15 @@ def _schema_types(schema: Any) -> set[str] | None:
         return {t for t in declared if isinstance(t, str)} or None
     found: set[str] = set()
     for key in ("anyOf", "oneOf"):
-        for option in schema.get(key) or []:
+        options = schema.get(key)
+        for option in options if isinstance(options, list) else []:
             option_types = _schema_types(option)
             if option_types is None:
                 return None
             found |= option_types
     values = schema.get("enum") or ([schema["const"]] if "const" in schema else [])
+    if not isinstance(values, list):
+        values = []
     for value in values:
         found.add("string" if isinstance(value, str) else "number")
     return found or None

@@ -78,6 +78,7 @@ class Gateway:
         self._closed: dict[str, None] = {}  # ended sessions (ordered; the newest kept)
         self._eot = set(chat.eot_token_ids)
         self._stop_cache: dict[tuple[str, ...], tuple[int, ...]] = {}
+        self._typed_parsers: dict[str, Any] = {}  # request tools (as JSON) -> typed parser
 
     # ---- sessions ---------------------------------------------------------------------------
     def episode(self, session: str) -> Episode:
@@ -130,6 +131,14 @@ class Gateway:
         tools = body.get("tools") or None
         if tools is not None and not isinstance(tools, list):
             raise RequestError("'tools' must be a list of tool definitions", "tools")
+        for i, definition in enumerate(tools or []):
+            function = definition.get("function") if isinstance(definition, dict) else None
+            if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+                raise RequestError(
+                    f"tools[{i}] must be an object with a function and its name "
+                    '({"type": "function", "function": {"name": ..., "parameters": {...}}})',
+                    "tools",
+                )
         choice = body.get("tool_choice", "auto")
         if choice not in ("auto", "none", "required") and not isinstance(choice, dict):
             raise RequestError(
@@ -169,7 +178,9 @@ class Gateway:
         )
         choices = []
         for i, (plan, generation) in enumerate(zip(plans, generations, strict=True)):
-            message, finish = self.reply(generation, sampling.parse_calls, sampling.stops)
+            message, finish = self.reply(
+                generation, sampling.parse_calls, sampling.stops, sampling.tools
+            )
             episode.record(plan, generation, message, self._eot)
             choices.append({"index": i, "message": message, "finish_reason": finish,
                             "logprobs": None})  # fmt: skip
@@ -204,10 +215,15 @@ class Gateway:
         return generation
 
     def reply(
-        self, generation: Generation, parse_calls: bool, stops: tuple[str, ...] = ()
+        self,
+        generation: Generation,
+        parse_calls: bool,
+        stops: tuple[str, ...] = (),
+        tools: list | None = None,
     ) -> tuple[dict[str, Any], str]:
         """The OpenAI assistant message for a generation, and its finish reason. As OpenAI does,
-        the text ends before a stop string (the recorded ids keep the token that held it)."""
+        the text ends before a stop string (the recorded ids keep the token that held it).
+        ``tools``: the request's tool definitions, for a format that types values by them."""
         ids = list(generation.token_ids)
         body = ids[:-1] if ids and ids[-1] in self._eot else ids
         text = self.chat.decode(body)
@@ -218,7 +234,7 @@ class Gateway:
         finish = "length" if generation.finish_reason == "length" else "stop"
         if not parse_calls:
             return message, finish
-        parsed = self.parser.parse(text)
+        parsed = self._parser_for(tools).parse(text)
         if parsed.reasoning is not None:
             message["reasoning_content"] = parsed.reasoning
         message["content"] = parsed.content if parsed.content or not parsed.calls else None
@@ -238,6 +254,21 @@ class Gateway:
             ]
             finish = "tool_calls"
         return message, finish
+
+    def _parser_for(self, tools: list | None) -> Any:
+        """The parser, typing argument values by the request's tool schemas where its format
+        reads values as text (qwen3_coder: ``<parameter=n>5</parameter>`` is 5 or "5" by the
+        schema). Agents send the same tools with every request: one typed parser per tool set."""
+        with_tools = getattr(self.parser, "with_tools", None)
+        if not tools or not callable(with_tools):
+            return self.parser
+        key = json.dumps(tools, sort_keys=True, default=str)
+        parser = self._typed_parsers.get(key)
+        if parser is None:
+            if len(self._typed_parsers) >= 64:  # agents with ever-changing tools: keep it small
+                self._typed_parsers.pop(next(iter(self._typed_parsers)))
+            parser = self._typed_parsers[key] = with_tools(tools)
+        return parser
 
     def _stop_ids(self, stops: list[str]) -> tuple[int, ...]:
         key = tuple(stops)
