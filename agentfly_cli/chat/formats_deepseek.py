@@ -38,6 +38,7 @@ class DeepSeekV3Parser(BaseParser):
     """
 
     name = "deepseek_v3"
+    stream_markers = (CALLS_BEGIN, CALL_BEGIN, SEP, CALL_END, CALLS_END)
     expected = (
         f"Call tools as {CALLS_BEGIN}{CALL_BEGIN}function{SEP}<tool name>\n```json\n"
         f"{{...}}\n```{CALL_END}{CALLS_END}, one {CALL_BEGIN}...{CALL_END} per call "

@@ -65,6 +65,7 @@ class HermesParser(BaseParser):
         "</tool_call>."
     )
     OPEN, CLOSE = "<tool_call>", "</tool_call>"
+    stream_markers = (OPEN, CLOSE)
 
     def parse_body(self, body: str) -> ParsedResponse:
         calls: list[ToolCall] = []
@@ -112,6 +113,7 @@ class Llama3JsonParser(BaseParser):
         'separate several calls with ";".'
     )
     TAG = "<|python_tag|>"
+    stream_markers = (TAG, "{", "`")
     _START = re.compile(r'\{\s*"name"\s*:')
 
     def parse_body(self, body: str) -> ParsedResponse:
@@ -174,6 +176,7 @@ class MistralParser(BaseParser):
         '[TOOL_CALLS] [{"name": "<tool name>", "arguments": {...}}].'
     )
     MARK = "[TOOL_CALLS]"
+    stream_markers = (MARK,)
     _NAMED = re.compile(r"\s*([A-Za-z0-9_.\-]+)(?:\[CALL_ID\]([A-Za-z0-9_\-]*))?\[ARGS\]")
 
     def parse_body(self, body: str) -> ParsedResponse:

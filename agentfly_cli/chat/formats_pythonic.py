@@ -123,6 +123,8 @@ class PythonicParser(BaseParser):
     arguments of literals only."""
 
     name = "pythonic"
+    # a reply that is a list of calls starts with one of these (after a fence or a wrapper)
+    stream_markers = ("[", "`", "<|python_start|>", "<|python_tag|>")
     expected = (
         "Call tools with a python list of calls with keyword arguments, alone in the reply: "
         '[tool_name(argument="value", count=2)].'

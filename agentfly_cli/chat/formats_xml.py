@@ -56,6 +56,7 @@ class Qwen3CoderParser(BaseParser):
     """
 
     name = "qwen3_coder"
+    stream_markers = (OPEN, CLOSE, FUNCTION, FUNCTION_END, "<parameter=")
     expected = (
         "Call each tool as <tool_call>\n<function=TOOL_NAME>\n<parameter=ARGUMENT_NAME>\nvalue\n"
         "</parameter>\n</function>\n</tool_call>, with one <parameter=...> block per argument."

@@ -244,6 +244,9 @@ class BaseParser:
     name = ""
     expected = ""  # one sentence on the expected format, appended to error messages
     think_tags = True  # False where the format marks reasoning itself (<think> is then text)
+    #: text that may begin this format's markup: a streamed reply (``agentfly serve``) shows
+    #: its content up to the first of them; None holds the whole reply to the end
+    stream_markers: tuple[str, ...] | None = None
 
     @classmethod
     def from_options(cls, options: dict | None = None) -> BaseParser:

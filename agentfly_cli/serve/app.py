@@ -4,7 +4,8 @@ Routes, with and without a session prefix ``/s/{session}`` (give an agent the ba
 ``http://HOST:PORT/s/EPISODE/v1`` and every request it makes is recorded in that episode):
 
 - ``GET  /v1/models``
-- ``POST /v1/chat/completions`` (``stream: true`` answers with server-sent events)
+- ``POST /v1/chat/completions`` (``stream: true`` answers with server-sent events, the text as
+  it is sampled)
 - ``POST /sessions/{session}/end`` with an optional ``{"reward": R}``: the episode's segments
   as trajectory JSON; the session is closed
 - ``GET  /sessions``: the open sessions and their request and segment counts
@@ -56,6 +57,9 @@ def build_app(gateway: Gateway, on_episode: Any = None) -> Any:
             return error(f"the request body is not JSON: {exc}")
         session = request.path_params.get("session")
         try:
+            if isinstance(body, dict) and body.get("stream"):
+                events = gateway.stream(session, body)  # checked: errors come before events
+                return StreamingResponse(events, media_type="text/event-stream")
             reply = await gateway.complete(session, body)
         except RequestError as exc:
             return error(str(exc), status=exc.status, param=exc.param)
@@ -66,8 +70,6 @@ def build_app(gateway: Gateway, on_episode: Any = None) -> Any:
         except Exception as exc:  # a bug: one JSON error for the client, the trace in the log
             log.exception("gateway: the request failed")
             return error(f"internal error ({type(exc).__name__}: {exc})", status=500)
-        if isinstance(body, dict) and body.get("stream"):
-            return StreamingResponse(_events(reply), media_type="text/event-stream")
         return JSONResponse(reply)
 
     async def end(request: Request) -> Any:
@@ -108,27 +110,3 @@ def build_app(gateway: Gateway, on_episode: Any = None) -> Any:
         Route("/sessions/{session}/end", end, methods=["POST"]),
     ]
     return Starlette(routes=routes)
-
-
-async def _events(reply: dict[str, Any]):
-    """A whole reply as OpenAI ``chat.completion.chunk`` events: per choice, the role and
-    content, the tool calls, then the finish reason; then ``[DONE]``."""
-    base = {"id": reply["id"], "object": "chat.completion.chunk", "created": reply["created"],
-            "model": reply["model"]}  # fmt: skip
-    for choice in reply["choices"]:
-        message, index = choice["message"], choice["index"]
-        delta: dict[str, Any] = {"role": "assistant", "content": message.get("content") or ""}
-        if message.get("reasoning_content") is not None:
-            delta["reasoning_content"] = message["reasoning_content"]
-        yield _event(base, index, delta, None)
-        calls = message.get("tool_calls") or []
-        if calls:
-            numbered = [{"index": i, **call} for i, call in enumerate(calls)]
-            yield _event(base, index, {"tool_calls": numbered}, None)
-        yield _event(base, index, {}, choice["finish_reason"])
-    yield "data: [DONE]\n\n"
-
-
-def _event(base: dict, index: int, delta: dict, finish: str | None) -> str:
-    chunk = {**base, "choices": [{"index": index, "delta": delta, "finish_reason": finish}]}
-    return f"data: {json.dumps(chunk)}\n\n"

@@ -80,6 +80,11 @@ class Gateway:
         self._stop_cache: dict[tuple[str, ...], tuple[int, ...]] = {}
         self._typed_parsers: dict[str, Any] = {}  # request tools (as JSON) -> typed parser
 
+    @property
+    def eot_ids(self) -> set[int]:
+        """The template's end-of-turn ids (a reply's last id when the model ended its turn)."""
+        return self._eot
+
     # ---- sessions ---------------------------------------------------------------------------
     def episode(self, session: str) -> Episode:
         """The session's episode, opened on first use; an ended session is refused."""
@@ -160,34 +165,37 @@ class Gateway:
         stream = bool(body.get("stream", False))
         return messages, Sampling(n, params, tools, choice != "none", stream, tuple(stops))
 
-    async def complete(self, session: str | None, body: Any) -> dict[str, Any]:
-        """One ``/v1/chat/completions`` call; its choices recorded in ``session``'s episode
-        (when None, a one-request episode that ends with the request)."""
+    def prepare(self, session: str | None, body: Any) -> tuple[Episode, Plan, Sampling]:
+        """A request checked and planned: its episode (an anonymous one without a session),
+        the prompt's plan and the sampling settings; :class:`RequestError` when bad."""
         messages, sampling = self.check(body)
         episode = self.episode(session or f"anon-{uuid.uuid4().hex}")
-        plans = [episode.plan(self.chat, messages, sampling.tools)] * sampling.n  # one prompt
+        plan = episode.plan(self.chat, messages, sampling.tools)
         limit = self.max_prompt_tokens or getattr(self.backend, "max_model_len", math.inf)
-        if len(plans[0].prompt_ids) >= limit:
+        if len(plan.prompt_ids) >= limit:
             raise RequestError(
-                f"the conversation ({len(plans[0].prompt_ids)} tokens) does not fit the "
+                f"the conversation ({len(plan.prompt_ids)} tokens) does not fit the "
                 f"context ({limit} tokens)",
                 "messages",
             )
+        return episode, plan, sampling
+
+    async def complete(self, session: str | None, body: Any) -> dict[str, Any]:
+        """One ``/v1/chat/completions`` call; its choices recorded in ``session``'s episode
+        (when None, a one-request episode that ends with the request)."""
+        episode, plan, sampling = self.prepare(session, body)
         generations = await asyncio.gather(
-            *(self._sample(plan, sampling, episode, i) for i, plan in enumerate(plans))
+            *(self._sample(plan, sampling, episode, i) for i in range(sampling.n))
         )
         choices = []
-        for i, (plan, generation) in enumerate(zip(plans, generations, strict=True)):
+        for i, generation in enumerate(generations):
             message, finish = self.reply(
                 generation, sampling.parse_calls, sampling.stops, sampling.tools
             )
-            episode.record(plan, generation, message, self._eot)
             choices.append({"index": i, "message": message, "finish_reason": finish,
                             "logprobs": None})  # fmt: skip
+        self.finish_request(session, episode, plan, generations, [c["message"] for c in choices])
         completion_tokens = sum(len(g.token_ids) for g in generations)
-        self.sampled_tokens += completion_tokens
-        if session is None:  # no session URL: a one-request episode, ended at once
-            self.close_episode(episode.id)
         return {
             "id": f"chatcmpl-{uuid.uuid4().hex}",
             "object": "chat.completion",
@@ -195,19 +203,48 @@ class Gateway:
             "model": self.model_name,
             "choices": choices,
             "usage": {
-                "prompt_tokens": len(plans[0].prompt_ids),
+                "prompt_tokens": len(plan.prompt_ids),
                 "completion_tokens": completion_tokens,
-                "total_tokens": len(plans[0].prompt_ids) + completion_tokens,
+                "total_tokens": len(plan.prompt_ids) + completion_tokens,
             },
         }
+
+    def stream(self, session: str | None, body: Any) -> Any:
+        """A ``stream: true`` call: checked and planned now (errors raise before any event),
+        then an async iterator of server-sent events, text as it is sampled (streaming.py)."""
+        from agentfly_cli.serve.streaming import stream_events
+
+        episode, plan, sampling = self.prepare(session, body)
+        return stream_events(self, session, episode, plan, sampling)
+
+    def finish_request(
+        self,
+        session: str | None,
+        episode: Episode,
+        plan: Plan,
+        generations: list[Generation],
+        messages: list[dict[str, Any]],
+    ) -> None:
+        """Record a request's choices in its episode (each its own segment when n > 1)."""
+        for generation, message in zip(generations, messages, strict=True):
+            episode.record(plan, generation, message, self._eot)
+        self.sampled_tokens += sum(len(g.token_ids) for g in generations)
+        if session is None:  # no session URL: a one-request episode, ended at once
+            self.close_episode(episode.id)
+
+    def request_args(
+        self, sampling: Sampling, episode: Episode, index: int
+    ) -> tuple[SamplingParams, RequestContext]:
+        """Choice ``index``'s sampling parameters (its own seed) and request context."""
+        params = sampling.params
+        if params.seed is not None and index:
+            params = SamplingParams(**{**params.__dict__, "seed": params.seed + index})
+        return params, RequestContext(0, index, episode.requests, episode.group_id, episode.id)
 
     async def _sample(
         self, plan: Plan, sampling: Sampling, episode: Episode, index: int
     ) -> Generation:
-        params = sampling.params
-        if params.seed is not None and index:
-            params = SamplingParams(**{**params.__dict__, "seed": params.seed + index})
-        context = RequestContext(0, index, episode.requests, episode.group_id, episode.id)
+        params, context = self.request_args(sampling, episode, index)
         version = getattr(self.backend, "policy_version", 0)
         generation = await self.backend.generate(plan.prompt_ids, params, context)
         if generation.policy_version is None:
@@ -234,7 +271,7 @@ class Gateway:
         finish = "length" if generation.finish_reason == "length" else "stop"
         if not parse_calls:
             return message, finish
-        parsed = self._parser_for(tools).parse(text)
+        parsed = self.parser_for(tools).parse(text)
         if parsed.reasoning is not None:
             message["reasoning_content"] = parsed.reasoning
         message["content"] = parsed.content if parsed.content or not parsed.calls else None
@@ -255,7 +292,7 @@ class Gateway:
             finish = "tool_calls"
         return message, finish
 
-    def _parser_for(self, tools: list | None) -> Any:
+    def parser_for(self, tools: list | None) -> Any:
         """The parser, typing argument values by the request's tool schemas where its format
         reads values as text (qwen3_coder: ``<parameter=n>5</parameter>`` is 5 or "5" by the
         schema). Agents send the same tools with every request: one typed parser per tool set."""

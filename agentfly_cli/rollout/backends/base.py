@@ -8,6 +8,7 @@ returns are the ids that training learns on.
 from __future__ import annotations
 
 import abc
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -101,6 +102,14 @@ class Backend(abc.ABC):
         self, prompt_ids: list[int], params: SamplingParams, context: RequestContext | None = None
     ) -> Generation:
         """Sample one response to ``prompt_ids``."""
+
+    async def stream(
+        self, prompt_ids: list[int], params: SamplingParams, context: RequestContext | None = None
+    ) -> AsyncIterator[list[int] | Generation]:
+        """Sample one response, yielding lists of new token ids as they are sampled, then the
+        :class:`Generation` (its ``token_ids`` are the whole response: they are what counts).
+        By default the whole response at once; a backend that can does better (``hf``)."""
+        yield await self.generate(prompt_ids, params, context)
 
     async def update_weights(self, named_tensors: Any) -> None:
         """Load new policy weights: an iterable of ``(name, tensor)`` pairs or a state dict."""

@@ -15,6 +15,7 @@ import collections
 import concurrent.futures
 import logging
 import random
+from collections.abc import AsyncIterator
 from typing import Any
 
 from agentfly_cli.allocator import keep_freed_memory
@@ -127,6 +128,31 @@ class HFBackend(Backend):
         self, prompt_ids: list[int], params: SamplingParams, context: RequestContext | None = None
     ) -> Generation:
         """Sample one response; concurrent calls share forward passes."""
+        return await self._submit(prompt_ids, params)
+
+    async def stream(
+        self, prompt_ids: list[int], params: SamplingParams, context: RequestContext | None = None
+    ) -> AsyncIterator[list[int] | Generation]:
+        """Sample one response, yielding each decode step's new ids, then the Generation."""
+        steps: asyncio.Queue[list[int]] = asyncio.Queue()
+        task = asyncio.ensure_future(self._submit(prompt_ids, params, steps.put_nowait))
+        try:
+            while not task.done():
+                waiter = asyncio.ensure_future(steps.get())
+                await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+                if waiter.done():
+                    yield waiter.result()
+                else:
+                    waiter.cancel()
+            while not steps.empty():
+                yield steps.get_nowait()
+            yield task.result()
+        finally:
+            task.cancel()  # a client that stopped reading: its row leaves the batch
+
+    async def _submit(
+        self, prompt_ids: list[int], params: SamplingParams, listener: Any = None
+    ) -> Generation:
         if self._closed:
             raise BackendUnavailableError("the hf backend is closed")
         prompt = [int(t) for t in prompt_ids]
@@ -145,10 +171,20 @@ class HFBackend(Backend):
             frozenset(params.stop_token_ids) | self.eos_ids,
             max_new,
             seed,
+            listener=listener,
         )
         self._pending.append(req)
         self._wakeup.set()
         return await req.future
+
+    def _notify_listeners(self) -> None:
+        """Hand each streaming row the ids it sampled since the last step (a finished row's
+        last ids come with its Generation)."""
+        for row in self._batch.rows:
+            req = row.req
+            if req.listener is not None and len(row.token_ids) > req.streamed:
+                req.listener(row.token_ids[req.streamed :])
+                req.streamed = len(row.token_ids)
 
     async def update_weights(self, named_tensors: Any) -> None:
         """Load new weights once the running batch has drained; queued requests wait."""
@@ -275,6 +311,7 @@ class HFBackend(Backend):
                 await loop.run_in_executor(self._executor, self._batch.reset)
                 continue
             self._active.difference_update(dropped)
+            self._notify_listeners()
             for req, generation in finished:
                 self._active.discard(req)
                 generation.policy_version = req.policy_version

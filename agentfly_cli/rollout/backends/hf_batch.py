@@ -44,6 +44,8 @@ class BatchRequest:
     seed: int
     queued_at: float = field(default_factory=time.perf_counter)
     policy_version: int | None = None  # the backend's weights when the batch admitted it
+    listener: Any = None  # streaming: called (in the event loop) with each step's new ids
+    streamed: int = 0  # how many of the row's ids the listener has had
 
 
 @dataclass(eq=False)
