@@ -73,6 +73,7 @@ TEXTS = {
     "two calls and text between": call("a", x=1) + " between " + call("b", y=2),
     "only a call": call("calculator", expression="1 + 1"),
     "long plain text": "word " * 3000,
+    "blank runs": " \n" * 20000 + "text" + " " * 20000 + "more" + "\n" * 20000,
 }  # fmt: skip
 
 

@@ -24,6 +24,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 from agentfly_cli.chat.parsed import _TRAILING_MARKERS, THINK_CLOSE, THINK_OPEN
@@ -31,6 +32,17 @@ from agentfly_cli.rollout.backends.base import Generation
 
 log = logging.getLogger(__name__)
 CONTEXT_IDS = 6  # ids decoded before the new ones, so the new text comes out as in context
+MAX_WAIT_IDS = 16  # a character still split after this many ids is shown as decoded
+
+
+@dataclass
+class _View:
+    """What of one part (reasoning or content) has been looked at and sent."""
+
+    cursor: int  # self.text up to here has been looked at
+    first: int | None = None  # the part's first non-blank character
+    last: int = 0  # after its last non-blank character so far
+    shown: int = 0  # sent up to here
 
 
 class ReplyStream:
@@ -63,6 +75,7 @@ class ReplyStream:
         self.start = 0  # where the current part (reasoning or content) begins in self.text
         self.scanned = 0  # self.text searched for markers up to here
         self.shown = {"reasoning_content": "", "content": ""}
+        self.views: dict[str, _View] = {}
 
     # ---- while sampling -------------------------------------------------------------------
     def feed(self, new_ids: list[int]) -> dict[str, str]:
@@ -98,7 +111,8 @@ class ReplyStream:
         start = max(0, self.read - CONTEXT_IDS)
         before = self.chat.decode(self.ids[start : self.read])
         after = self.chat.decode(self.ids[start:])
-        if after.endswith("\ufffd") or not after.startswith(before):
+        waiting = len(self.ids) - self.read < MAX_WAIT_IDS  # invalid bytes never complete
+        if waiting and (after.endswith("\ufffd") or not after.startswith(before)):
             return  # half a character, or a merge that changed the context: wait for more
         self.text += after[len(before) :]
         self.read = len(self.ids)
@@ -134,12 +148,26 @@ class ReplyStream:
         return len(self.text)
 
     def _show(self, out: dict[str, str], key: str, end: int) -> None:
-        """Send what ``self.text[self.start:end]`` (stripped, as the parser strips) adds."""
-        candidate = self.text[self.start : end].strip()
-        shown = self.shown[key]
-        if len(candidate) > len(shown) and candidate.startswith(shown):
-            out[key] = candidate[len(shown) :]
-            self.shown[key] = candidate
+        """Send what ``self.text[self.start:end]``, stripped as the parser strips, adds to
+        what was sent. Only the characters new since the last call are looked at."""
+        view = self.views.setdefault(key, _View(self.start))
+        if end <= view.cursor:
+            return
+        chunk = self.text[view.cursor : end]
+        if view.first is None:
+            rest = chunk.lstrip()
+            if rest:
+                view.first = view.shown = end - len(rest)
+        if view.first is not None:
+            kept = chunk.rstrip()
+            if kept:
+                view.last = max(view.first, view.cursor + len(kept))
+        view.cursor = end
+        if view.last > view.shown:
+            delta = self.text[view.shown : view.last]
+            out[key] = out.get(key, "") + delta
+            self.shown[key] += delta
+            view.shown = view.last
 
     # ---- at the end -------------------------------------------------------------------------
     def finish(self, message: dict[str, Any]) -> dict[str, Any]:

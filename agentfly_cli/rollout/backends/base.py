@@ -8,7 +8,8 @@ returns are the ids that training learns on.
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -128,3 +129,26 @@ class Backend(abc.ABC):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+async def stream_steps(
+    submit: Callable[[Callable[[list[int]], None]], Awaitable[Generation]],
+) -> AsyncIterator[list[int] | Generation]:
+    """``Backend.stream`` for a backend that calls a listener with each step's new ids:
+    ``submit(listener)`` starts the request and returns its Generation. Yields the ids as the
+    listener gets them, then the Generation; a consumer that stops early cancels the request."""
+    steps: asyncio.Queue[list[int]] = asyncio.Queue()
+    task = asyncio.ensure_future(submit(steps.put_nowait))
+    try:
+        while not task.done():
+            waiter = asyncio.ensure_future(steps.get())
+            await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            if waiter.done():
+                yield waiter.result()
+            else:
+                waiter.cancel()
+        while not steps.empty():
+            yield steps.get_nowait()
+        yield task.result()
+    finally:
+        task.cancel()  # a client that stopped reading: its request leaves the batch

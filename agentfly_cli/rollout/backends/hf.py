@@ -27,6 +27,7 @@ from agentfly_cli.rollout.backends.base import (
     Generation,
     RequestContext,
     SamplingParams,
+    stream_steps,
 )
 from agentfly_cli.rollout.backends.hf_batch import BatchRequest, RunningBatch
 from agentfly_cli.settings.rollout import BackendSettings
@@ -134,21 +135,8 @@ class HFBackend(Backend):
         self, prompt_ids: list[int], params: SamplingParams, context: RequestContext | None = None
     ) -> AsyncIterator[list[int] | Generation]:
         """Sample one response, yielding each decode step's new ids, then the Generation."""
-        steps: asyncio.Queue[list[int]] = asyncio.Queue()
-        task = asyncio.ensure_future(self._submit(prompt_ids, params, steps.put_nowait))
-        try:
-            while not task.done():
-                waiter = asyncio.ensure_future(steps.get())
-                await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
-                if waiter.done():
-                    yield waiter.result()
-                else:
-                    waiter.cancel()
-            while not steps.empty():
-                yield steps.get_nowait()
-            yield task.result()
-        finally:
-            task.cancel()  # a client that stopped reading: its row leaves the batch
+        async for item in stream_steps(lambda listener: self._submit(prompt_ids, params, listener)):
+            yield item
 
     async def _submit(
         self, prompt_ids: list[int], params: SamplingParams, listener: Any = None
