@@ -19,9 +19,14 @@ a multi-turn conversation: every request extends the previous one, as agents' do
   (``direct_cpu_ms``): ``overhead_cpu_ms`` is what the gateway, Starlette, uvicorn and JSON
   cost per request at that concurrency, whatever the queueing.
 
+- ``streaming``: one request at a time, a reply of ``--stream-tokens`` ids that a backend hands
+  over one id per step: ``Gateway.stream`` (every event built) against ``Gateway.complete`` on
+  the same reply; ``overhead_us_per_token`` is what streaming adds per sampled token.
+
 In ``unloaded`` and ``loaded`` the HTTP client runs in this process and shares the CPU with the
 server (2 cores here).
-Run: python benchmarks/gateway_bench.py [--sessions 256] [--many 1000] [--out FILE.json]
+Run: python benchmarks/gateway_bench.py [--sessions 256] [--many 1000] [--stream-tokens 256]
+     [--out FILE.json]
 """
 
 from __future__ import annotations
@@ -63,6 +68,17 @@ class Instant(Backend):
 
     async def generate(self, prompt_ids, params, context=None):
         return Generation(list(self.ids), [-0.1] * len(self.ids), "stop")
+
+
+class Dribble(Instant):
+    """The same reply ids, handed over one id per step (as a streaming backend does)."""
+
+    name = "dribble"
+
+    async def stream(self, prompt_ids, params, context=None):
+        for token in self.ids:
+            yield [token]
+        yield Generation(list(self.ids), [-0.1] * len(self.ids), "stop")
 
 
 class Echo(Backend):
@@ -196,6 +212,34 @@ def measure(chat: ChatTemplate, sessions: int, turns: int) -> dict:
     return out
 
 
+def streaming(chat: ChatTemplate, tokens: int, requests: int = 50) -> dict:
+    """Per-request time of a streamed reply of ``tokens`` ids against the same reply whole."""
+    words = " ".join(f"word{i % 50}" for i in range(tokens * 2))
+    ids = chat.encode_response(words)[:tokens]
+    gateway = Gateway(Dribble(ids), chat, get_parser("hermes"), "tiny")
+    body = {"messages": [{"role": "user", "content": "Talk."}], "max_tokens": tokens}
+
+    async def consume() -> int:
+        return sum(1 for _ in [event async for event in gateway.stream(None, body)])
+
+    times: dict[str, list[float]] = {"complete": [], "stream": []}
+    events = 0
+    for _ in range(requests):
+        for name in times:
+            started = time.perf_counter()
+            if name == "stream":
+                events = asyncio.run(consume())
+            else:
+                asyncio.run(gateway.complete(None, body))
+            times[name].append(time.perf_counter() - started)
+    out: dict = {"tokens": len(ids), "requests": requests, "events": events}
+    for name, measured in times.items():
+        out[name] = percentiles(measured)
+    extra_ms = out["stream"]["p50_ms"] - out["complete"]["p50_ms"]
+    out["overhead_us_per_token"] = round(extra_ms * 1e3 / len(ids), 2)
+    return out
+
+
 def separate_client(chat: ChatTemplate, sessions: int, turns: int) -> dict:
     """``sessions`` concurrent HTTP sessions from a client process; the server's CPU time."""
     backend = Instant(chat.encode_response("OK."))
@@ -276,6 +320,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--sessions", type=int, default=256)
     parser.add_argument("--turns", type=int, default=4)
     parser.add_argument("--many", type=int, default=1000, help="sessions of the lost/mixed check")
+    parser.add_argument("--stream-tokens", type=int, default=256, help="a streamed reply's ids")
     parser.add_argument("--out", default=None)
     parser.add_argument("--client", default=None, help=argparse.SUPPRESS)  # the client process
     args = parser.parse_args(argv)
@@ -289,6 +334,7 @@ def main(argv: list[str] | None = None) -> dict:
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "target_overhead_p50_ms": TARGET_OVERHEAD_MS,
         **measure(chat, args.sessions, args.turns),
+        "streaming": streaming(chat, args.stream_tokens),
         "separate_client": separate_client(chat, args.sessions, args.turns),
         "many_sessions": thousand_sessions(chat, args.many),
     }

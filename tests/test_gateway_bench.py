@@ -17,7 +17,8 @@ def bench():
 
 def test_the_benchmark_reports_overheads_and_no_lost_request(bench, tmp_path):
     out = tmp_path / "gateway.json"
-    result = bench.main(["--sessions", "8", "--turns", "2", "--many", "40", "--out", str(out)])
+    result = bench.main(["--sessions", "8", "--turns", "2", "--many", "40", "--stream-tokens",
+                         "32", "--out", str(out)])  # fmt: skip
     assert json.loads(out.read_text()) == result
     for label, count in (("unloaded", 200), ("loaded", 8)):
         section = result[label]
@@ -31,6 +32,10 @@ def test_the_benchmark_reports_overheads_and_no_lost_request(bench, tmp_path):
     assert separate["overhead_cpu_ms"] == pytest.approx(
         separate["server_cpu_ms"] - separate["direct_cpu_ms"], abs=0.002
     )
+    streamed = result["streaming"]
+    assert streamed["tokens"] == 32 and streamed["stream"]["n"] == streamed["complete"]["n"] == 50
+    assert streamed["events"] >= 16  # the text came in many events, not one
+    assert "overhead_us_per_token" in streamed
     many = result["many_sessions"]
     assert (many["sessions"], many["requests"]) == (40, 120)
     assert many["lost"] == many["misattributed_replies"] == many["misrecorded_sessions"] == 0
