@@ -189,6 +189,16 @@ def test_a_client_that_leaves_records_nothing_and_stops_the_sampling(tiny_chat):
     seen, cancelled = asyncio.run(leave_early())
     assert len(seen) == 3 and cancelled == 1
     assert gateway.episodes["s"].segments == [] and gateway.sampled_tokens == 0
+    backend.texts = ["word " * 50]  # without a session: the one-request episode is dropped
+    body_only = {"messages": [{"role": "user", "content": "Talk."}]}
+
+    async def leave_anonymous():
+        events = gateway.stream(None, body_only)
+        await events.__anext__()
+        await events.aclose()
+
+    asyncio.run(leave_anonymous())
+    assert list(gateway.episodes) == ["s"]
 
 
 def test_a_backend_that_fails_midway_ends_the_stream_with_an_error(tiny_chat):

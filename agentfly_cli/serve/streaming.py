@@ -254,6 +254,7 @@ async def stream_events(
             events.put_nowait(None)
 
     task = asyncio.ensure_future(run_all())
+    results = None
     try:
         while (event := await events.get()) is not None:
             yield event
@@ -264,6 +265,8 @@ async def stream_events(
         return
     finally:
         task.cancel()
+        if results is None and session is None:  # a one-request episode that never was
+            gateway.episodes.pop(episode.id, None)
     gateway.finish_request(session, episode, plan, [g for g, _ in results], [m for _, m in results])
     yield "data: [DONE]\n\n"
 
