@@ -140,6 +140,18 @@ class TestVLLMBackend:
         got = run(backend.generate(prompt, SamplingParams(max_tokens=5, temperature=0.0)))
         assert len(got.token_ids) == 5 and got.finish_reason == "length"
 
+    def test_streamed_ids_are_the_generation_step_by_step(self, backend, prompts):
+        async def both():
+            items = [item async for item in backend.stream(prompts[0], GREEDY)]
+            return items, await backend.generate(prompts[0], GREEDY)
+
+        items, whole = run(both())
+        *steps, final = items
+        assert final.token_ids == whole.token_ids and final.logprobs == whole.logprobs
+        streamed = [token for step in steps for token in step]
+        assert len(steps) >= 3 and streamed == final.token_ids[: len(streamed)]
+        assert len(final.token_ids) - len(streamed) <= 1  # the finishing step's id comes whole
+
     def test_prompt_too_long_is_length(self, backend):
         got = run(backend.generate([5] * backend.max_model_len, GREEDY))
         assert got.token_ids == [] and got.finish_reason == "length"

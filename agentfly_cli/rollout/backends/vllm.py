@@ -34,6 +34,7 @@ import os
 import queue
 import threading
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,7 @@ from agentfly_cli.rollout.backends.base import (
     Generation,
     RequestContext,
     SamplingParams,
+    stream_steps,
     unwrapped_names,
 )
 from agentfly_cli.settings.rollout import BackendSettings
@@ -98,6 +100,8 @@ class _Pending:
     loop: asyncio.AbstractEventLoop
     prompt_tokens: int
     queued_at: float
+    listener: Any = None  # streaming: called in the event loop with each step's new ids
+    sent: int = 0  # how many ids the listener has had
 
 
 def _resolve(future: asyncio.Future, result: Any = None, error: BaseException | None = None):
@@ -187,6 +191,8 @@ class _EngineThread(threading.Thread):
             for output in outputs:
                 if output.finished:
                     self._finish(output)
+                else:
+                    self._stream(output)
 
     def _take(self, block: bool) -> None:
         """Move queued commands to the backlog; aborts and stop act at once."""
@@ -234,6 +240,18 @@ class _EngineThread(threading.Thread):
         self._backlog = [c for c in self._backlog if not (c[0] == "add" and c[1] == request_id)]
         if self._pending.pop(request_id, None) is not None:
             self.engine.abort_request([request_id])
+
+    def _stream(self, output: Any) -> None:
+        """Hand a streaming request the ids it sampled since its last step (cumulative
+        outputs: the finished one still carries them all)."""
+        pending = self._pending.get(output.request_id)
+        if pending is None or pending.listener is None or not output.outputs:
+            return
+        ids = output.outputs[0].token_ids
+        if len(ids) > pending.sent:
+            new = [int(t) for t in ids[pending.sent :]]
+            pending.sent = len(ids)
+            pending.loop.call_soon_threadsafe(pending.listener, new)
 
     def _finish(self, output: Any) -> None:
         pending = self._pending.pop(output.request_id, None)
@@ -424,9 +442,10 @@ class VLLMBackend(Backend):
         while engine.has_unfinished_requests():
             engine.step()
 
-    def _sampling_params(self, params: SamplingParams) -> Any:
+    def _sampling_params(self, params: SamplingParams, streaming: bool = False) -> Any:
         from vllm.sampling_params import RequestOutputKind
 
+        kind = RequestOutputKind.CUMULATIVE if streaming else RequestOutputKind.FINAL_ONLY
         stop = sorted(set(params.stop_token_ids) | self.eos_ids)
         return self._vllm.SamplingParams(
             n=1,
@@ -440,7 +459,7 @@ class VLLMBackend(Backend):
             logprobs=0,  # the sampled token's logprob only
             detokenize=False,
             skip_special_tokens=False,
-            output_kind=RequestOutputKind.FINAL_ONLY,
+            output_kind=kind,
         )
 
     def _prompt(self, prompt_ids: list[int]) -> Any:
@@ -458,6 +477,18 @@ class VLLMBackend(Backend):
         self, prompt_ids: list[int], params: SamplingParams, context: RequestContext | None = None
     ) -> Generation:
         """Sample one response; concurrent calls are batched by vLLM's scheduler."""
+        return await self._submit(prompt_ids, params)
+
+    async def stream(
+        self, prompt_ids: list[int], params: SamplingParams, context: RequestContext | None = None
+    ) -> AsyncIterator[list[int] | Generation]:
+        """Sample one response, yielding each engine step's new ids, then the Generation."""
+        async for item in stream_steps(lambda listener: self._submit(prompt_ids, params, listener)):
+            yield item
+
+    async def _submit(
+        self, prompt_ids: list[int], params: SamplingParams, listener: Any = None
+    ) -> Generation:
         self._check_open()
         prompt = [int(t) for t in prompt_ids]
         if not prompt:
@@ -465,9 +496,11 @@ class VLLMBackend(Backend):
         if params.max_tokens <= 0 or len(prompt) >= self.max_model_len:
             return Generation([], [], "length", info={"prompt_tokens": len(prompt)})
         loop = asyncio.get_running_loop()
-        pending = _Pending(loop.create_future(), loop, len(prompt), time.perf_counter())
+        pending = _Pending(
+            loop.create_future(), loop, len(prompt), time.perf_counter(), listener=listener
+        )
         request_id = f"agentfly-{next(self._ids)}"
-        sampling = self._sampling_params(params)
+        sampling = self._sampling_params(params, streaming=listener is not None)
         # a weight push is a barrier command on the same queue: a request submitted before it
         # finishes on the old weights, one submitted after starts on the new ones
         version = self.policy_version
