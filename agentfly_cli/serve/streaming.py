@@ -68,6 +68,7 @@ class ReplyStream:
             found += [THINK_OPEN, THINK_CLOSE]
         self.markers = tuple(m for m in found if m)
         self.tail = max((len(m) for m in self.markers), default=1) - 1
+        self.prefixes = {m[:k] for m in self.markers for k in range(1, len(m))}  # held back
         self.ids: list[int] = []
         self.read = 0  # ids whose characters are in self.text
         self.text = ""
@@ -142,8 +143,7 @@ class ReplyStream:
     def _safe_end(self, start: int) -> int:
         """Where shown text may end: before the last characters that could begin a marker."""
         for i in range(max(start, len(self.text) - self.tail), len(self.text)):
-            rest = self.text[i:]
-            if any(marker.startswith(rest) for marker in self.markers):
+            if self.text[i:] in self.prefixes:
                 return i
         return len(self.text)
 
