@@ -105,6 +105,32 @@ def test_a_stop_string_ends_the_streamed_text_as_it_ends_the_reply(tiny_chat):
     assert "rest" not in joined(deltas, {}, "content")
 
 
+def test_without_tool_parsing_the_text_streams_as_sampled(tiny_chat, caplog):
+    """tool_choice: none: the reply's text is not parsed nor stripped, and neither is the
+    stream (a leading blank was once held back for good)."""
+    caplog.set_level(logging.WARNING, logger="agentfly_cli.serve.streaming")
+    text = "  spaced out <tool_call> text  "
+    ids = tiny_chat.encode_response(text)
+    gateway = Gateway(Replies(tiny_chat, []), tiny_chat, get_parser("hermes"), "m")
+    stream = ReplyStream(tiny_chat, gateway.parser, eot_ids=gateway.eot_ids, parse_calls=False)
+    deltas = [d for d in (stream.feed([token]) for token in ids) if d]
+    message, _ = gateway.reply(Generation(ids, None, "stop"), False)
+    assert joined(deltas, stream.finish(message), "content") == message["content"] == text
+    assert len(deltas) >= 3 and "not the start" not in caplog.text
+
+
+def test_a_stray_think_close_is_logged_and_the_rest_still_arrives(tiny_chat, caplog):
+    """Known limit: text streamed as content before a ``</think>`` that no ``<think>`` opened
+    (neither in the prompt nor the reply) is reasoning to the parser; it cannot be unsent."""
+    caplog.set_level(logging.WARNING, logger="agentfly_cli.serve.streaming")
+    text = "musing </think> Answer. " + call("calculator", expression="1")
+    deltas, last, message = streamed(tiny_chat, "hermes", text)
+    assert message["reasoning_content"] == "musing" and message["content"] == "Answer."
+    assert joined(deltas, {}, "content") == "musing"  # sent before the tag came
+    assert last["reasoning_content"] == "musing" and last["tool_calls"]
+    assert "not the start" in caplog.text
+
+
 def test_a_format_without_markers_sends_its_text_whole_at_the_end(tiny_chat):
     options = {"commands": {"CALC": {"tool": "calculator", "argument": "expression"}}}
     deltas, last, message = streamed(tiny_chat, "line", "CALC: 2 + 2", options=options)

@@ -62,6 +62,7 @@ class ReplyStream:
         self.chat, self.eot_ids = chat, eot_ids
         markers = getattr(parser, "stream_markers", None) if parse_calls else ()
         self.hold_all = markers is None
+        self.strip = parse_calls  # a parsed reply's text is stripped, a raw one is not
         self.think = parse_calls and getattr(parser, "think_tags", False)
         found = [*(markers or ()), *_TRAILING_MARKERS, *stops]
         if self.think:
@@ -148,10 +149,17 @@ class ReplyStream:
         return len(self.text)
 
     def _show(self, out: dict[str, str], key: str, end: int) -> None:
-        """Send what ``self.text[self.start:end]``, stripped as the parser strips, adds to
-        what was sent. Only the characters new since the last call are looked at."""
-        view = self.views.setdefault(key, _View(self.start))
+        """Send what ``self.text[self.start:end]``, stripped as the parser strips (when it
+        parses), adds to what was sent. Only the characters new since the last call are
+        looked at."""
+        view = self.views.setdefault(key, _View(self.start, shown=self.start))
         if end <= view.cursor:
+            return
+        if not self.strip:  # text as sampled (no tool calls parsed): nothing is stripped
+            delta, view.cursor = self.text[view.shown : end], end
+            out[key] = out.get(key, "") + delta
+            self.shown[key] += delta
+            view.shown = end
             return
         chunk = self.text[view.cursor : end]
         if view.first is None:
