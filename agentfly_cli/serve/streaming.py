@@ -227,9 +227,9 @@ async def stream_events(
         version = getattr(gateway.backend, "policy_version", 0)
         generation, fed = None, 0
         async for item in gateway.backend.stream(plan.prompt_ids, params, context):
-            if isinstance(item, Generation):
+            if isinstance(item, Generation):  # the last item: the stream ends with it
                 generation = item
-                break
+                continue
             fed += len(item)
             delta = streamer.feed(item)
             if delta:
