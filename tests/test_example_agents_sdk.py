@@ -6,7 +6,6 @@ say. Scripted replies on the tiny model here; SmolLM2 sampling under ``-m slow``
 from __future__ import annotations
 
 import asyncio
-import json
 
 import pytest
 
@@ -16,7 +15,7 @@ from agentfly_cli.config import load_config
 from agentfly_cli.serve.app import build_app
 from agentfly_cli.serve.gateway import Gateway
 from agentfly_cli.serve.server import serving_in_thread
-from tests.conftest import REPO_ROOT, load_script
+from tests.conftest import REPO_ROOT, load_script, rollout_agent_example
 from tests.test_serve_capture import Replies
 
 pytest.importorskip("agents", reason="the OpenAI Agents SDK is a dev dependency")
@@ -65,18 +64,6 @@ def test_without_observation_settings_the_result_is_a_tool_turn(tiny_model):
 
 @pytest.mark.slow
 def test_smollm2_runs_the_sdk_agent_through_the_gateway(tmp_path):
-    from typer.testing import CliRunner
-
-    from agentfly_cli.cli.app import build_app as build_cli
-
-    out = tmp_path / "sdk.jsonl"
-    result = CliRunner().invoke(build_cli(), [
-        "rollout", str(EXAMPLE / "recipe.yaml"), "--n", "2", "--limit", "3",
-        "--out", str(out), "--quiet",
-    ])  # fmt: skip
-    assert result.exit_code == 0, result.output
-    rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert len(rows) == 6 and all(row["token_exact"] and not row["error"] for row in rows)
-    # SmolLM2 used the calculator through the SDK, and some answers were right
+    rows = rollout_agent_example(EXAMPLE / "recipe.yaml", tmp_path / "sdk.jsonl")
     multi_turn = [row for row in rows if [t["role"] for t in row["turns"]].count("assistant") >= 2]
     assert multi_turn and max(row["reward"] for row in rows) == 1.0

@@ -5,8 +5,6 @@ under ``-m slow``."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from agentfly_cli.chat.parsers import get_parser
@@ -15,7 +13,7 @@ from agentfly_cli.config import load_config
 from agentfly_cli.serve.app import build_app
 from agentfly_cli.serve.gateway import Gateway
 from agentfly_cli.serve.server import serving_in_thread
-from tests.conftest import REPO_ROOT, load_script
+from tests.conftest import REPO_ROOT, load_script, rollout_agent_example
 from tests.test_serve_capture import Replies
 
 pytest.importorskip("langgraph", reason="langgraph is a dev dependency")
@@ -58,17 +56,6 @@ def test_a_graph_that_never_answers_stops_at_its_turn_limit(tiny_model):
 
 @pytest.mark.slow
 def test_smollm2_runs_the_langgraph_agent_through_the_gateway(tmp_path):
-    from typer.testing import CliRunner
-
-    from agentfly_cli.cli.app import build_app as build_cli
-
-    out = tmp_path / "graph.jsonl"
-    result = CliRunner().invoke(build_cli(), [
-        "rollout", str(EXAMPLE / "recipe.yaml"), "--n", "2", "--limit", "3",
-        "--out", str(out), "--quiet",
-    ])  # fmt: skip
-    assert result.exit_code == 0, result.output
-    rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert len(rows) == 6 and all(row["token_exact"] and not row["error"] for row in rows)
+    rows = rollout_agent_example(EXAMPLE / "recipe.yaml", tmp_path / "graph.jsonl")
     multi_turn = [row for row in rows if [t["role"] for t in row["turns"]].count("assistant") >= 2]
     assert multi_turn and max(row["reward"] for row in rows) == 1.0

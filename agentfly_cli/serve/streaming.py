@@ -76,7 +76,6 @@ class ReplyStream:
         self.state = "reasoning" if self.think and opens_in_think else "start"
         self.start = 0  # where the current part (reasoning or content) begins in self.text
         self.scanned = 0  # self.text searched for markers up to here
-        self.shown = {"reasoning_content": "", "content": ""}
         self.views: dict[str, _View] = {}
 
     # ---- while sampling -------------------------------------------------------------------
@@ -152,30 +151,32 @@ class ReplyStream:
         """Send what ``self.text[self.start:end]``, stripped as the parser strips (when it
         parses), adds to what was sent. Only the characters new since the last call are
         looked at."""
-        view = self.views.setdefault(key, _View(self.start, shown=self.start))
+        view = self.views.setdefault(key, _View(self.start))
         if end <= view.cursor:
             return
         if not self.strip:  # text as sampled (no tool calls parsed): nothing is stripped
-            delta, view.cursor = self.text[view.shown : end], end
-            out[key] = out.get(key, "") + delta
-            self.shown[key] += delta
-            view.shown = end
-            return
-        chunk = self.text[view.cursor : end]
-        if view.first is None:
-            rest = chunk.lstrip()
-            if rest:
-                view.first = view.shown = end - len(rest)
-        if view.first is not None:
-            kept = chunk.rstrip()
-            if kept:
-                view.last = max(view.first, view.cursor + len(kept))
+            view.first, view.last = self.start, end
+        else:
+            chunk = self.text[view.cursor : end]
+            if view.first is None:
+                rest = chunk.lstrip()
+                if rest:
+                    view.first = view.shown = end - len(rest)
+            if view.first is not None:
+                kept = chunk.rstrip()
+                if kept:
+                    view.last = max(view.first, view.cursor + len(kept))
         view.cursor = end
         if view.last > view.shown:
-            delta = self.text[view.shown : view.last]
-            out[key] = out.get(key, "") + delta
-            self.shown[key] += delta
+            out[key] = out.get(key, "") + self.text[max(view.shown, view.first) : view.last]
             view.shown = view.last
+
+    def _shown(self, key: str) -> str:
+        """The text of ``key`` sent so far."""
+        view = self.views.get(key)
+        if view is None or view.first is None:
+            return ""
+        return self.text[view.first : view.shown]
 
     # ---- at the end -------------------------------------------------------------------------
     def finish(self, message: dict[str, Any]) -> dict[str, Any]:
@@ -183,7 +184,7 @@ class ReplyStream:
         streamed, and its tool calls."""
         delta: dict[str, Any] = {}
         for key in ("reasoning_content", "content"):
-            whole, shown = message.get(key) or "", self.shown[key]
+            whole, shown = message.get(key) or "", self._shown(key)
             if whole.startswith(shown):
                 if len(whole) > len(shown):
                     delta[key] = whole[len(shown) :]

@@ -44,9 +44,10 @@ def group_by_field(
     return groups
 
 
-class BalancedStream:
-    """Hands out tasks round-robin over the values of ``field`` (the same interface as
-    :class:`~agentfly_cli.train.data.TaskStream`: ``take``, ``position``, state dicts)."""
+class BalancedStream(TaskStream):
+    """Hands out tasks round-robin over the values of ``field``: a
+    :class:`~agentfly_cli.train.data.TaskStream` whose task at a position comes from the value
+    whose turn it is (``take``, ``position`` and the state dicts are the plain stream's)."""
 
     def __init__(
         self,
@@ -56,8 +57,7 @@ class BalancedStream:
         seed: int | str = 0,
         shuffle: bool = True,
     ) -> None:
-        if not tasks:
-            raise ValueError("the dataset has no tasks")
+        super().__init__(tasks, seed=seed, shuffle=shuffle)
         groups = group_by_field(tasks, field)
         self.field = field
         self.values = list(groups)
@@ -65,9 +65,6 @@ class BalancedStream:
             TaskStream(rows, seed=f"{seed}:{value}", shuffle=shuffle)
             for value, rows in groups.items()
         ]
-        self.seed = seed
-        self.shuffle = shuffle
-        self.position = 0
 
     def _round(self, round_index: int) -> list[int]:
         """The order the values take their turns in one round (seeded per round)."""
@@ -76,26 +73,8 @@ class BalancedStream:
             random.Random(f"{self.seed}:balance:{round_index}").shuffle(order)
         return order
 
-    def take(self, count: int) -> list[tuple[int, Mapping[str, Any]]]:
-        """The next ``count`` tasks as ``(global position, task)``: in round ``r`` each value
-        hands out its ``r``-th task (its own order wraps around at its epochs)."""
-        out = []
-        for _ in range(count):
-            round_index, turn = divmod(self.position, len(self.streams))
-            stream = self.streams[self._round(round_index)[turn]]
-            out.append((self.position, stream.task_at(round_index)))
-            self.position += 1
-        return out
-
-    def record(self, reward_mean: float) -> str | None:
-        """No levels here: nothing to promote."""
-        return None
-
-    def metrics(self) -> dict[str, float]:
-        return {"data/position": float(self.position)}
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"position": self.position}
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.position = int(state["position"])
+    def task_at(self, position: int) -> Mapping[str, Any]:
+        """In round ``r`` each value hands out its ``r``-th task (its own order wraps around
+        at its epochs), the values taking turns in the round's order."""
+        round_index, turn = divmod(position, len(self.streams))
+        return self.streams[self._round(round_index)[turn]].task_at(round_index)

@@ -152,3 +152,16 @@ async def stream_steps(
         yield task.result()
     finally:
         task.cancel()  # a client that stopped reading: its request leaves the batch
+
+
+class StepStreaming:
+    """``Backend.stream`` for a backend whose ``_submit(prompt_ids, params, listener)`` calls
+    ``listener`` with each step's new ids and returns the Generation (``hf``, ``vllm``)."""
+
+    async def stream(
+        self, prompt_ids: list[int], params: SamplingParams, context: RequestContext | None = None
+    ) -> AsyncIterator[list[int] | Generation]:
+        """Sample one response, yielding each step's new ids, then the Generation."""
+        submit = self._submit  # type: ignore[attr-defined]
+        async for item in stream_steps(lambda listener: submit(prompt_ids, params, listener)):
+            yield item

@@ -15,7 +15,6 @@ import collections
 import concurrent.futures
 import logging
 import random
-from collections.abc import AsyncIterator
 from typing import Any
 
 from agentfly_cli.allocator import keep_freed_memory
@@ -27,7 +26,7 @@ from agentfly_cli.rollout.backends.base import (
     Generation,
     RequestContext,
     SamplingParams,
-    stream_steps,
+    StepStreaming,
 )
 from agentfly_cli.rollout.backends.hf_batch import BatchRequest, RunningBatch
 from agentfly_cli.settings.rollout import BackendSettings
@@ -43,7 +42,7 @@ def _as_ids(value: Any) -> set[int]:
     return {int(v) for v in value}
 
 
-class HFBackend(Backend):
+class HFBackend(StepStreaming, Backend):
     """Token-in, token-out generation with a transformers model and continuous batching."""
 
     name = "hf"
@@ -130,13 +129,6 @@ class HFBackend(Backend):
     ) -> Generation:
         """Sample one response; concurrent calls share forward passes."""
         return await self._submit(prompt_ids, params)
-
-    async def stream(
-        self, prompt_ids: list[int], params: SamplingParams, context: RequestContext | None = None
-    ) -> AsyncIterator[list[int] | Generation]:
-        """Sample one response, yielding each decode step's new ids, then the Generation."""
-        async for item in stream_steps(lambda listener: self._submit(prompt_ids, params, listener)):
-            yield item
 
     async def _submit(
         self, prompt_ids: list[int], params: SamplingParams, listener: Any = None

