@@ -534,6 +534,7 @@ def test_builtin_algorithms_register_through_their_entry_point():
     set_plugin_host(host)
     assert list(host.components.advantages) == [
         "gae",
+        "gigpo",
         "grpo",
         "reinforce_pp",
         "reinforce_pp_baseline",
@@ -556,7 +557,7 @@ def test_unknown_algorithm_name_lists_the_available_ones():
     message = str(caught.value)
     assert isinstance(caught.value, UnknownComponentError) and "\n" not in message
     assert "unknown advantage estimator 'grp'" in message and "did you mean 'grpo'" in message
-    assert "available: gae, grpo, reinforce_pp, reinforce_pp_baseline, rloo" in message
+    assert "available: gae, gigpo, grpo, reinforce_pp, reinforce_pp_baseline, rloo" in message
     with pytest.raises(
         UserError,
         match="unknown policy loss 'sapo' in algorithm.policy_loss; .*available: gspo, ppo",

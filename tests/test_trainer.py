@@ -232,6 +232,8 @@ def test_resume_without_a_checkpoint_is_a_clear_error(recipe, tmp_path):
             "trainer.backend.warmup_steps=1",
             "trainer.algorithm.dynamic_sampling=true",
         ],
+        # GiGPO: credit per turn in step groups, beside GRPO's per episode
+        ["trainer.algorithm.advantage=gigpo", "trainer.algorithm.turn_gamma=0.9"],
         # LoRA: the rollout backend gets merged weights pushed after every step
         ["trainer.backend.lora={r: 4, alpha: 8}", "trainer.backend.lr=0.01"],
         # LoRA: the rollout backend gets only the adapters
@@ -255,6 +257,7 @@ def test_resume_without_a_checkpoint_is_a_clear_error(recipe, tmp_path):
         "gae-kl-loss",
         "rloo-gspo-kl-reward",
         "reinforcepp-checkpointing",
+        "gigpo",
         "lora-merge",
         "lora-adapter",
         "async-lora-adapter-masked-tis",
@@ -275,6 +278,9 @@ def test_algorithm_and_backend_combinations_train(recipe, tmp_path, sets):
         assert not trainer.shared_model
         kind = "adapter_updates" if config.trainer.backend.sync == "adapter" else "weight_updates"
         assert trainer.engine.backend.stats[kind] == 2
+    if config.trainer.algorithm.advantage == "gigpo":  # every chain's first turn answered
+        assert last["adv/turns"] >= last["train/trajectories"]  # its task's prompt
+        assert 0 < last["adv/turns_in_step_groups"] <= 1
     if config.trainer.algorithm.tis_cap is not None:
         assert 0 < last["tis/ratio_min"] <= last["tis/ratio_mean"] <= last["tis/ratio_max"]
         assert 0 <= last["tis/outside_frac"] <= 1 and 0 < last["tis/weight_mean"] <= 2.0

@@ -23,8 +23,8 @@ class AlgorithmSettings(BaseModel):
 
     advantage: str = Field(
         "grpo",
-        description="Advantage estimator: grpo, rloo, reinforce_pp, reinforce_pp_baseline, gae "
-        "or one a plugin registers.",
+        description="Advantage estimator: grpo, rloo, reinforce_pp, reinforce_pp_baseline, gae, "
+        "gigpo (credit per turn) or one a plugin registers.",
     )
     policy_loss: str = Field("ppo", description="Policy loss: ppo, gspo or one a plugin registers.")
     loss_agg: LossAggregation = Field(
@@ -81,6 +81,17 @@ class AlgorithmSettings(BaseModel):
         description="Dr.GRPO normaliser of seq-mean-token-sum-norm; None: the generation budget.",
     )
     adv_eps: float = Field(1e-6, ge=0.0, description="Added to a std before dividing by it.")
+    turn_weight: float = Field(
+        1.0,
+        ge=0.0,
+        description="gigpo: weight of a turn's step-group advantage beside its episode's.",
+    )
+    turn_gamma: float = Field(
+        0.95,
+        ge=0.0,
+        le=1.0,
+        description="gigpo: discount per turn of a chain's score, back from its last turn.",
+    )
 
     @model_validator(mode="after")
     def _loss_agg_of_the_policy_loss(self) -> AlgorithmSettings:

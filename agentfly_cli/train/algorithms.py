@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from agentfly_cli.errors import UnknownComponentError
@@ -36,6 +36,17 @@ class AdvantageInput:
     group_ids: Sequence[Hashable]  # [B] trajectories of one task share a key
     values: torch.Tensor | None = None  # [B, T] value-head estimates (gae)
     token_rewards: torch.Tensor | None = None  # [B, T] shaping, e.g. the KL-in-reward penalty
+    turns: Sequence[Sequence[TurnSpan]] | None = None  # [B] each row's model turns (gigpo)
+
+
+@dataclass(frozen=True)
+class TurnSpan:
+    """One model turn of a row: the state it answered and its trained tokens, as columns
+    ``start:end`` of the ``[B, T]`` trained-token matrices."""
+
+    state: Hashable  # what the model saw last before the turn (the prompt, or an observation)
+    start: int
+    end: int
 
 
 @dataclass
@@ -44,6 +55,7 @@ class AdvantageOutput:
 
     advantages: torch.Tensor  # [B, T]
     returns: torch.Tensor | None = None  # [B, T]
+    metrics: dict[str, float] = field(default_factory=dict)  # logged with the step's metrics
 
 
 AdvantageEstimator = Callable[[AdvantageInput, AlgorithmSettings], AdvantageOutput]

@@ -28,6 +28,11 @@ ADVANTAGES = {
         GROUP,
     ),
     "gae": ("gae_advantages", "PPO's GAE with a value head (gamma, lam)", {"needs_values": True}),
+    "gigpo": (
+        "agentfly_cli.train.turn_credit:gigpo_advantages",
+        "GiGPO: GRPO plus credit per turn, in groups of turns that answered the same state",
+        GROUP,
+    ),
 }
 POLICY_LOSSES = {
     "ppo": ("ppo_loss", "Clipped PPO: clip_ratio_low/high (clip-higher), dual clip_ratio_c"),
@@ -49,7 +54,8 @@ def lazy(module: str, attribute: str, description: str) -> Callable[..., Any]:
 @hookimpl
 def register_algorithms(register):
     for name, (attribute, description, traits) in ADVANTAGES.items():
-        function = lazy("agentfly_cli.train.advantages", attribute, description)
+        module, _, attribute = attribute.rpartition(":")
+        function = lazy(module or "agentfly_cli.train.advantages", attribute, description)
         register("advantage", name, function, description, **traits)
     for name, (attribute, description) in POLICY_LOSSES.items():
         function = lazy("agentfly_cli.train.losses", attribute, description)

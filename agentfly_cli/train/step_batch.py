@@ -12,7 +12,9 @@ from agentfly_cli.errors import UserError
 from agentfly_cli.rollout.trajectory import Trajectory
 from agentfly_cli.settings.algorithm import AlgorithmSettings
 from agentfly_cli.train import algorithms as alg
+from agentfly_cli.train.algorithms import TurnSpan
 from agentfly_cli.train.batch import TrainRow, token_matrix, trained_mask
+from agentfly_cli.train.turn_credit import turn_spans
 
 
 @dataclass
@@ -20,6 +22,7 @@ class StepBatch:
     """One step's trajectories as training tensors."""
 
     rows: list[TrainRow]
+    turns: list[list[TurnSpan]]  # each row's model turns (per-turn credit: gigpo)
     mask: torch.Tensor  # [B, L] trained tokens
     rewards: torch.Tensor  # [B]
     sampler_logprobs: torch.Tensor  # [B, L] (0 where the backend gave none)
@@ -41,6 +44,7 @@ class StepBatch:
         sampler = [[0.0 if lp is None else lp for lp in row] for row in sampler]
         return cls(
             rows,
+            [turn_spans(t) for t in trajectories],
             trained_mask(rows),
             torch.tensor([float(t.reward) for t in trajectories]),
             token_matrix(rows, sampler),

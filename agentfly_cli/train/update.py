@@ -103,7 +103,7 @@ class PolicyUpdate:
             return None
         batch = StepBatch.of(usable)
         self._reference_pass(batch)
-        self._advantages(batch)
+        self._advantages(batch, metrics)
         return batch
 
     def _needs_old_pass(self) -> bool:
@@ -207,7 +207,7 @@ class PolicyUpdate:
         if self.reference is not None:
             batch.ref_logprobs = ref
 
-    def _advantages(self, batch: StepBatch) -> None:
+    def _advantages(self, batch: StepBatch, metrics: dict[str, float]) -> None:
         token_rewards = None
         if self.reference is not None and self.algo.kl_in_reward:
             from agentfly_cli.train import losses
@@ -221,10 +221,12 @@ class PolicyUpdate:
             group_ids=[r.group for r in batch.rows],
             values=batch.old_values,
             token_rewards=token_rewards,
+            turns=batch.turns,
         )
         out = self.advantage_fn(data, self.algo)
         batch.advantages = out.advantages * batch.mask
         batch.returns = out.returns
+        metrics.update(out.metrics)
 
     # ---- the update --------------------------------------------------------------------------
     def optimize(self, step: int, batch: StepBatch | None) -> dict[str, float]:
