@@ -24,12 +24,8 @@ from agentfly_cli.train.algorithms import AdvantageInput, AdvantageOutput
 
 def grpo_advantages(data: AdvantageInput, config: AlgorithmSettings) -> AdvantageOutput:
     """GRPO: (r - group mean) / (group std + eps); Dr.GRPO (norm_adv_by_std=False): r - mean."""
-    mask, scores = _mask_and_scores(data)
-    count, mean, std = group_stats(scores, data.group_ids)
-    centered = scores - mean
-    if config.norm_adv_by_std:
-        centered = centered / (std + config.adv_eps)
-    advantage = torch.where(count > 1, centered, torch.zeros_like(centered))
+    mask, scores = mask_and_scores(data)
+    advantage, _ = group_normalised(scores, data.group_ids, config)
     return _per_token(advantage, mask, data)
 
 
@@ -38,7 +34,7 @@ def rloo_advantages(data: AdvantageInput, config: AlgorithmSettings) -> Advantag
 
     Computed as n / (n - 1) * (r_i - group mean), the same number without the rounding of
     ``(sum - r_i) / (n - 1)``: equal rewards give exactly 0."""
-    mask, scores = _mask_and_scores(data)
+    mask, scores = mask_and_scores(data)
     count, mean, _ = group_stats(scores, data.group_ids)
     advantage = (scores - mean) * count / (count - 1).clamp(min=1)
     advantage = torch.where(count > 1, advantage, torch.zeros_like(scores))
@@ -82,7 +78,7 @@ def gae_advantages(data: AdvantageInput, config: AlgorithmSettings) -> Advantage
         next_advantage = torch.where(trained, advantage, next_advantage)
     returns = torch.where(mask, advantages + values, 0.0)
     whitened = masked_whiten(advantages, mask, config.adv_eps)
-    dtype = _output_dtype(data)
+    dtype = output_dtype(data)
     return AdvantageOutput(whitened.to(dtype), returns.to(dtype))
 
 
@@ -110,6 +106,18 @@ def group_stats(
     squares = zeros.index_add(0, index, (shifted - shift_mean[index]) ** 2)
     std = (squares / (count - 1).clamp(min=1)).sqrt()
     return count[index], (pivot + shift_mean)[index], std[index]
+
+
+def group_normalised(
+    scores: torch.Tensor, group_ids: Sequence[Hashable], config: AlgorithmSettings
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GRPO's advantage of each score in its group, (score - mean) / (std + eps) (Dr.GRPO,
+    ``norm_adv_by_std=False``: score - mean), 0 in a group of one; and each group's size."""
+    count, mean, std = group_stats(scores, group_ids)
+    centered = scores - mean
+    if config.norm_adv_by_std:
+        centered = centered / (std + config.adv_eps)
+    return torch.where(count > 1, centered, torch.zeros_like(centered)), count
 
 
 def token_level_rewards(
@@ -164,7 +172,7 @@ def _whitened_returns(
     level = token_level_rewards(rewards, data.mask, data.token_rewards)
     returns = discounted_returns(level, data.mask, config.gamma)
     whitened = masked_whiten(returns, data.mask, config.adv_eps)
-    dtype = _output_dtype(data)
+    dtype = output_dtype(data)
     return AdvantageOutput(whitened.to(dtype), returns.to(dtype))
 
 
@@ -178,7 +186,7 @@ def _rewards(data: AdvantageInput) -> torch.Tensor:
     return rewards.to(torch.float64)
 
 
-def _output_dtype(data: AdvantageInput) -> torch.dtype:
+def output_dtype(data: AdvantageInput) -> torch.dtype:
     """Advantages and returns come back in the rewards' float dtype (default for integers)."""
     dtype = data.rewards.dtype
     return dtype if dtype.is_floating_point else torch.get_default_dtype()
@@ -186,10 +194,10 @@ def _output_dtype(data: AdvantageInput) -> torch.dtype:
 
 def _per_token(advantage: torch.Tensor, mask: torch.Tensor, data: AdvantageInput):
     """A row's advantage on each of its trained tokens, in the output dtype."""
-    return AdvantageOutput((advantage[:, None] * mask).to(_output_dtype(data)))
+    return AdvantageOutput((advantage[:, None] * mask).to(output_dtype(data)))
 
 
-def _mask_and_scores(data: AdvantageInput) -> tuple[torch.Tensor, torch.Tensor]:
+def mask_and_scores(data: AdvantageInput) -> tuple[torch.Tensor, torch.Tensor]:
     """The float mask and each row's score: reward plus its masked token rewards."""
     rewards = _rewards(data)
     mask = data.mask.to(rewards.dtype)

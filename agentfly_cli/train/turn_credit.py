@@ -23,7 +23,7 @@ import torch
 
 from agentfly_cli.rollout.trajectory import Trajectory
 from agentfly_cli.settings.algorithm import AlgorithmSettings
-from agentfly_cli.train.advantages import _mask_and_scores, _output_dtype, group_stats
+from agentfly_cli.train.advantages import group_normalised, mask_and_scores, output_dtype
 from agentfly_cli.train.algorithms import AdvantageInput, AdvantageOutput, TurnSpan
 
 
@@ -59,9 +59,8 @@ def gigpo_advantages(data: AdvantageInput, config: AlgorithmSettings) -> Advanta
             "gigpo needs each row's turns (AdvantageInput.turns, one list per row): "
             "the trainer passes them; a direct caller builds them with turn_spans()"
         )
-    mask, scores = _mask_and_scores(data)
-    count, mean, std = group_stats(scores, data.group_ids)
-    episode = _normalised(scores - mean, std, count, config)
+    mask, scores = mask_and_scores(data)
+    episode, _ = group_normalised(scores, data.group_ids, config)
     advantages = episode[:, None] * mask
     keys, returns, where = [], [], []
     for row, spans in enumerate(data.turns):
@@ -71,21 +70,10 @@ def gigpo_advantages(data: AdvantageInput, config: AlgorithmSettings) -> Advanta
             where.append((row, span.start, span.end))
     shared = 0.0
     if keys:
-        step_returns = torch.stack(returns)
-        step_count, step_mean, step_std = group_stats(step_returns, keys)
-        step = _normalised(step_returns - step_mean, step_std, step_count, config)
+        step, step_count = group_normalised(torch.stack(returns), keys, config)
         for (row, start, end), value in zip(where, step.tolist(), strict=True):
             advantages[row, start:end] += config.turn_weight * value
         shared = float((step_count > 1).double().mean())
     metrics = {"adv/turns": float(len(keys)), "adv/turns_in_step_groups": shared}
-    out = torch.where(mask.bool(), advantages, 0.0).to(_output_dtype(data))
+    out = torch.where(mask.bool(), advantages, 0.0).to(output_dtype(data))
     return AdvantageOutput(out, metrics=metrics)
-
-
-def _normalised(
-    centered: torch.Tensor, std: torch.Tensor, count: torch.Tensor, config: AlgorithmSettings
-) -> torch.Tensor:
-    """GRPO's normalisation (Dr.GRPO: none); 0 in a group of one."""
-    if config.norm_adv_by_std:
-        centered = centered / (std + config.adv_eps)
-    return torch.where(count > 1, centered, torch.zeros_like(centered))
