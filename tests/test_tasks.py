@@ -27,7 +27,7 @@ def test_jsonl_json_parquet_and_datasets_folder_load_the_same_rows(tmp_path):
     as_json = tmp_path / "t.json"
     as_json.write_text(json.dumps({"data": ROWS}))
     flat = [{"question": "What is 2 + 3?", "answer": "5"}, {"question": "2+2", "answer": "4"}]
-    import datasets
+    datasets = pytest.importorskip("datasets", reason="datasets is a dev dependency")
     import pyarrow as pa
     import pyarrow.parquet as pq
 

@@ -3,6 +3,7 @@ recipe's training tasks, then RL from the fine-tuned model."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import pytest
@@ -36,6 +37,8 @@ def test_a_solution_is_played_from_templates_and_list_fields():
 
 
 def test_search_qa_warm_starts_on_training_tasks_only_then_trains(tiny_model, tmp_path):
+    if importlib.util.find_spec("bm25s") is None:
+        pytest.skip("bm25s is not installed (pip install 'agentfly-cli[tasks]')")
     config = load_config("search_qa")
     data = config.data
     held = load_tasks(
