@@ -19,9 +19,12 @@
 # /tmp/parts, and /tmp/site keeps the installed wheels (a folder that was not carried is gone
 # by the next call).
 #
-# Wheels the machine lacks travel in .whl/: pydantic, math-verify, gguf, deepspeed (built here
-# with DS_BUILD_OPS=0), hjson, and agentfly-cli's own (`pip wheel --no-deps .`, for the entry
-# points; the code itself is imported from the working tree).
+# Wheels the machine lacks travel in .whl/ (for Python 3.12, `pip download --no-deps
+# --only-binary=:all:`): pydantic, pydantic-core, annotated-types, typing-inspection,
+# typing-extensions, docstring-parser, math-verify, latex2sympy2_extended,
+# antlr4-python3-runtime, gguf; for part 2 also deepspeed (built here with DS_BUILD_OPS=0) and
+# hjson; and agentfly-cli's own (`pip wheel --no-deps .`, for the entry points; the code itself
+# is imported from the working tree).
 # Never part of CI: CI has no GPU.
 set -u
 PART=${1:?usage: scripts/gpu_check.sh 1|2|tests|lora}
@@ -55,8 +58,9 @@ run_tests() {
     # -v: one line per test as it ends, so a run stopped by INT still names its failures
     timeout -s INT "${1:-200}" python3 -m pytest -v -n 8 -p no:cacheprovider --timeout 120 \
         -rfE --junitxml="$OUT/junit.xml" >"$OUT/pytest.log" 2>&1
+    local code=$?
     grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/pytest.log" | tail -60
-    log "pytest exit $?"
+    log "pytest exit $code"
 }
 
 part1() {
