@@ -107,6 +107,15 @@ part2() {
     lora_and_bench
 }
 
+smollm2_bench() {  # seconds; then stops install_smollm2's nvidia-smi sampler
+    log "hf backend vs generate, SmolLM2 bf16"
+    timeout "$1" python3 benchmarks/hf_backend_bench.py --model smollm2 --device cuda \
+        --dtype bfloat16 --requests 1 16 128 --max-tokens 64 >"$OUT/hf_bench_smollm2.json" \
+        2>"$OUT/hf_bench_smollm2.err"
+    log "hf bench exit $?"
+    kill %1 2>/dev/null
+}
+
 lora_and_bench() {
     local keep=(--set trainer.keep_checkpoints=1 --set trainer.save_only_model=true)
     train_run lora_merge 75 python3 -m agentfly_cli train calculator --set trainer.steps=3 \
@@ -114,12 +123,7 @@ lora_and_bench() {
     train_run lora_adapter 70 python3 -m agentfly_cli train calculator --set trainer.steps=3 \
         --set trainer.backend.lora.r=16 --set trainer.backend.lr=1e-4 \
         --set trainer.backend.sync=adapter "${keep[@]}"
-    log "hf backend vs generate, SmolLM2 bf16"
-    timeout 120 python3 benchmarks/hf_backend_bench.py --model smollm2 --device cuda \
-        --dtype bfloat16 --requests 1 16 128 --max-tokens 64 >"$OUT/hf_bench_smollm2.json" \
-        2>"$OUT/hf_bench_smollm2.err"
-    log "hf bench exit $?"
-    kill %1 2>/dev/null
+    smollm2_bench 120
 }
 
 parttests() { run_tests "${TESTS_SECONDS:-300}"; }
@@ -129,12 +133,7 @@ partcalc() {
         --set trainer.backend.lora.r=16 --set trainer.backend.lr=1e-4 \
         --set trainer.eval.every=10 --set trainer.eval.limit=16 \
         --set trainer.keep_checkpoints=1 --set trainer.save_only_model=true
-    log "hf backend vs generate, SmolLM2 bf16"
-    timeout 100 python3 benchmarks/hf_backend_bench.py --model smollm2 --device cuda \
-        --dtype bfloat16 --requests 1 16 128 --max-tokens 64 >"$OUT/hf_bench_smollm2.json" \
-        2>"$OUT/hf_bench_smollm2.err"
-    log "hf bench exit $?"
-    kill %1 2>/dev/null
+    smollm2_bench 100
 }
 partlora() { install_smollm2; lora_and_bench; }
 
