@@ -5,7 +5,8 @@ ALFWorld-style household quests made with TextWorld's ``GameMaker``: a few rooms
 "put the mug in the cabinet". The game gives a point for picking up a goal object and one for
 putting it in place (max score 2; hard games have two goals, max score 4), so partial progress
 scores. Every game is played through its walkthrough before it is kept: it must end won,
-with the full score.
+with the full score. A layout whose walkthrough is longer than ``MAX_COMMANDS`` (the recipe's
+``rollout.max_turns``) is drawn again from the next seed, so every game can be won in one chain.
 
 - ``agentfly_cli/recipes/data/textworld_games.tar.xz``: the compiled games (``tw-NNN.z8`` and
   TextWorld's ``tw-NNN.json``), one solid archive because the games share most of their bytes.
@@ -37,6 +38,7 @@ DATA = ROOT / "agentfly_cli" / "recipes" / "data"
 ARCHIVE = DATA / "textworld_games.tar.xz"
 TASKS = DATA / "textworld.jsonl"
 SEED = 4242
+MAX_COMMANDS = 12  # the textworld recipe's rollout.max_turns: every game fits one chain
 
 # Room kinds and their furniture: (name, "c" container | "s" supporter).
 ROOMS = {
@@ -61,8 +63,18 @@ LEVELS = ("easy", "medium", "hard")  # 1 room | 2-3 rooms | 3-4 rooms and two go
 
 
 def plan(index: int, seed: int = SEED) -> dict:
-    """The layout of game ``index``: rooms, furniture, objects and goals (no textworld)."""
-    rng = random.Random(seed * 1000 + index)
+    """The layout of game ``index`` (rooms, furniture, objects, goals; no textworld): the first
+    draw whose walkthrough takes at most ``MAX_COMMANDS`` commands."""
+    for attempt in range(100):
+        layout = draw(index, seed, attempt)
+        if len(walkthrough(layout)) <= MAX_COMMANDS:
+            return layout
+    raise RuntimeError(f"game {index}: no layout in 100 draws fits {MAX_COMMANDS} commands")
+
+
+def draw(index: int, seed: int, attempt: int) -> dict:
+    """One random layout of game ``index`` (attempt 0 keeps the layouts made before the limit)."""
+    rng = random.Random(seed * 1000 + index if attempt == 0 else f"{seed}:{index}:{attempt}")
     level = LEVELS[index % 3]
     n_rooms = {"easy": 1, "medium": rng.choice([2, 3]), "hard": rng.choice([3, 4])}[level]
     kinds = rng.sample(sorted(ROOMS), n_rooms)
