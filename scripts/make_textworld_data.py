@@ -6,7 +6,7 @@ ALFWorld-style household quests made with TextWorld's ``GameMaker``: a few rooms
 putting it in place (max score 2; hard games have two goals, max score 4), so partial progress
 scores. Every game is played through its walkthrough before it is kept: it must end won,
 with the full score. A layout whose walkthrough is longer than ``MAX_COMMANDS`` (the recipe's
-``rollout.max_turns``) is drawn again from the next seed, so every game can be won in one chain.
+``rollout.max_turns``) is drawn again from another seed, so every game can be won in one chain.
 
 - ``agentfly_cli/recipes/data/textworld_games.tar.xz``: the compiled games (``tw-NNN.z8`` and
   TextWorld's ``tw-NNN.json``), one solid archive because the games share most of their bytes.
