@@ -33,12 +33,16 @@ from collections import deque
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "agentfly_cli" / "recipes" / "data"
 ARCHIVE = DATA / "textworld_games.tar.xz"
 TASKS = DATA / "textworld.jsonl"
 SEED = 4242
-MAX_COMMANDS = 12  # the textworld recipe's rollout.max_turns: every game fits one chain
+RECIPE = ROOT / "agentfly_cli" / "recipes" / "textworld.yaml"
+# The recipe's rollout.max_turns: the most commands a walkthrough may take (one chain wins it).
+MAX_COMMANDS = yaml.safe_load(RECIPE.read_text(encoding="utf-8"))["rollout"]["max_turns"]
 
 # Room kinds and their furniture: (name, "c" container | "s" supporter).
 ROOMS = {
