@@ -11,8 +11,10 @@ Per case and mode: wall time of the steps (the sum of ``time/step_s``: rollouts 
 for them, update, weight sync), steps per hour, the trainer's idle fraction (sync: the
 rollouts; async: waiting for finished groups), the producer's idle fraction (sync: the update
 and sync; async: time with no batch rolling out), staleness and dropped groups, and the
-training reward per step (one PNG per case draws the modes' curves). Each mode runs in its own
-process, one after another.
+training reward per step (one PNG per case draws the modes' curves). The sync run also reports
+its ``overlap_ceiling``: the speedup a perfect overlap of its rollouts and updates would give
+(an upper bound where both share the cores, since each then slows the other). Each mode
+runs in its own process, one after another.
 
 Run: .venv/bin/python benchmarks/async_bench.py [--model smollm2] [--steps 8]
      [--cases latency,calculator] [--modes sync,async1,async2] [--out FILE] [--runs DIR]
@@ -91,6 +93,14 @@ def run_one(case: str, mode: str, model: str, steps: int, run_dir: Path, sets: l
 
 
 # ---- the comparison -----------------------------------------------------------------------------
+def overlap_ceiling(steps: list[dict[str, Any]]) -> float | None:
+    """The most a sync run's steps/h could grow if each step's rollout ran wholly beside its
+    update: the sum of step times over the sum of each step's longer phase (rollout, or update
+    and sync). An upper bound: where both phases share the cores, each slows the other."""
+    longer = sum(max(s["time/rollout_s"], s["time/step_s"] - s["time/rollout_s"]) for s in steps)
+    return round(sum(s["time/step_s"] for s in steps) / longer, 3) if longer > 0 else None
+
+
 def summarize(run_dir: Path, wall_s: float) -> dict[str, Any]:
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     steps = [line for line in lines if "reward/mean" in line]
@@ -113,6 +123,8 @@ def summarize(run_dir: Path, wall_s: float) -> dict[str, Any]:
         "train_s_mean": round(statistics.mean(line["time/train_s"] for line in steps), 2),
         "sync_s_mean": round(statistics.mean(line["time/sync_s"] for line in steps), 3),
     }
+    if not asynchronous:
+        out["overlap_ceiling"] = overlap_ceiling(steps)
     if asynchronous:
         out["staleness_mean"] = round(
             statistics.mean(line.get("async/staleness_mean", 0.0) for line in steps), 3

@@ -31,6 +31,27 @@ def test_the_slow_tool_waits_its_latency_and_answers_like_the_calculator(bench):
     assert time.perf_counter() - started >= bench.latency_for("17 * 23") - 0.01
 
 
+def test_a_sync_run_reports_the_speedup_a_perfect_overlap_would_give(bench, tmp_path):
+    steps = [  # rollout 10 s + update 30 s, then rollout 30 s + update 10 s
+        {"reward/mean": 0.5, "time/step_s": 40.0, "time/rollout_s": 10.0, "time/train_s": 29.0,
+         "time/sync_s": 1.0},
+        {"reward/mean": 0.7, "time/step_s": 40.0, "time/rollout_s": 30.0, "time/train_s": 9.5,
+         "time/sync_s": 0.5},
+    ]  # fmt: skip
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(s) + "\n" for s in steps))
+    result = bench.summarize(tmp_path, wall_s=90.0)
+    # overlapped, each step lasts as long as its longer phase: 80 s of steps become 60 s
+    assert result["overlap_ceiling"] == pytest.approx(80 / 60, abs=1e-3)
+    assert result["steps_per_hour"] == pytest.approx(90.0)
+    assert result["trainer_idle_fraction"] == pytest.approx(0.5)
+
+    for step in steps:  # an async run: the ceiling is the sync run's alone
+        step.update({"async/trainer_wait_s": 0.0, "async/producer_busy_s": 60.0})
+        step.update({"async/dropped_groups": 0})
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(s) + "\n" for s in steps))
+    assert "overlap_ceiling" not in bench.summarize(tmp_path, wall_s=90.0)
+
+
 @pytest.mark.slow  # three processes, each loading torch and the model (about 40 s)
 def test_one_run_compares_sync_and_async_on_the_tiny_model(bench, tmp_path, tiny_model):
     out = tmp_path / "bench.json"
@@ -54,6 +75,7 @@ def test_one_run_compares_sync_and_async_on_the_tiny_model(bench, tmp_path, tiny
         runs["async1"]["steps_per_hour"] / runs["sync"]["steps_per_hour"], rel=1e-2
     )
     assert "staleness_mean" in runs["async1"] and "staleness_mean" not in runs["sync"]
+    assert runs["sync"]["overlap_ceiling"] >= 1.0 and "overlap_ceiling" not in runs["async1"]
     assert runs["async1"]["dropped_groups"] == 0
     assert (tmp_path / "bench-latency.png").stat().st_size > 1000
 
