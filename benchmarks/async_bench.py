@@ -123,13 +123,13 @@ def summarize(run_dir: Path, wall_s: float) -> dict[str, Any]:
         "train_s_mean": round(statistics.mean(line["time/train_s"] for line in steps), 2),
         "sync_s_mean": round(statistics.mean(line["time/sync_s"] for line in steps), 3),
     }
-    if not asynchronous:
-        out["overlap_ceiling"] = overlap_ceiling(steps)
     if asynchronous:
         out["staleness_mean"] = round(
             statistics.mean(line.get("async/staleness_mean", 0.0) for line in steps), 3
         )
         out["dropped_groups"] = int(sum(line["async/dropped_groups"] for line in steps))
+    else:
+        out["overlap_ceiling"] = overlap_ceiling(steps)
     return out
 
 
