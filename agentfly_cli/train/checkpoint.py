@@ -14,6 +14,7 @@ leaves either the previous checkpoint or the new one, never a half-written one.
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import re
@@ -24,6 +25,20 @@ from typing import Any
 import torch
 
 _STEP = re.compile(r"^step-(\d{6,})$")
+
+
+_LOW_SPACE = 512 * 2**20  # a failed write with less free than this ran out of disk
+
+
+def _out_of_space(err: BaseException, folder: Path) -> bool:
+    """Whether a failed write is the disk running full: ENOSPC, or torch's zip writer failing
+    (``unexpected pos ...``) with almost nothing left on the disk."""
+    if isinstance(err, OSError) and err.errno == errno.ENOSPC:
+        return True
+    try:
+        return shutil.disk_usage(folder if folder.exists() else folder.parent).free < _LOW_SPACE
+    except OSError:
+        return False
 
 
 def rng_state() -> dict[str, Any]:
@@ -86,6 +101,40 @@ class CheckpointManager:
         leaves out the optimizer, schedule and RNG states (not resumable)."""
         final = self.path(step)
         temp = self.root / f".tmp-step-{step:06d}"  # one name for every rank
+        try:
+            return self._write(
+                step, temp, final, backend, tokenizer, data_position, extra, only_model
+            )
+        except (OSError, RuntimeError) as err:
+            if not _out_of_space(err, self.root):
+                raise
+            shutil.rmtree(temp, ignore_errors=True)  # the partial copy, not the last good one
+            raise self._disk_full(step) from err
+
+    def _disk_full(self, step: int) -> Exception:
+        from agentfly_cli.errors import UserError
+
+        free = shutil.disk_usage(self.root).free / 2**20
+        latest = self.latest()
+        kept = f"{latest.name} is intact" if latest else "no earlier checkpoint was written"
+        return UserError(
+            f"the disk ran out of space writing checkpoint step-{step:06d} in {self.root} "
+            f"({free:.0f} MiB free after removing the partial copy; {kept}): free space, or "
+            "keep fewer checkpoints (trainer.keep_checkpoints) or write them less often "
+            "(trainer.save_every), then run the same command with --resume"
+        )
+
+    def _write(
+        self,
+        step: int,
+        temp: Path,
+        final: Path,
+        backend: Any,
+        tokenizer: Any,
+        data_position: int,
+        extra: dict[str, Any] | None,
+        only_model: bool,
+    ) -> Path:
         if backend.is_main:
             shutil.rmtree(temp, ignore_errors=True)
             temp.mkdir(parents=True)
