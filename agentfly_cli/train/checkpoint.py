@@ -35,10 +35,17 @@ def _out_of_space(err: BaseException, folder: Path) -> bool:
     (``unexpected pos ...``) with almost nothing left on the disk."""
     if isinstance(err, OSError) and err.errno == errno.ENOSPC:
         return True
+    return _free_bytes(folder) < _LOW_SPACE
+
+
+def _free_bytes(folder: Path) -> int:
+    """Free bytes on the disk of ``folder`` (or of its nearest existing parent)."""
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
     try:
-        return shutil.disk_usage(folder if folder.exists() else folder.parent).free < _LOW_SPACE
+        return shutil.disk_usage(folder).free
     except OSError:
-        return False
+        return 2**62  # unknown: not reported as a full disk
 
 
 def rng_state() -> dict[str, Any]:
@@ -114,7 +121,7 @@ class CheckpointManager:
     def _disk_full(self, step: int) -> Exception:
         from agentfly_cli.errors import UserError
 
-        free = shutil.disk_usage(self.root).free / 2**20
+        free = _free_bytes(self.root) / 2**20
         latest = self.latest()
         kept = f"{latest.name} is intact" if latest else "no earlier checkpoint was written"
         return UserError(
