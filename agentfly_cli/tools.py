@@ -60,6 +60,7 @@ class ToolErrorKind:
     PARSE_ERROR = "parse_error"
     UNPARSED_CALL = "unparsed_call"  # tool-call markup the configured parser does not read
     TOO_MANY_CALLS = "too_many_calls"  # calls over rollout.max_calls_per_turn, not run
+    NO_CALL = "no_call"  # a turn with no call and no answer, under rollout.no_call: error
 
 
 @dataclass

@@ -305,7 +305,9 @@ class RolloutEngine:
         body = ids[:-1] if chain.turn_closed else ids
         text = self.chat.decode(body)
         parsed = await parse_turn(self.parser, text)
-        plan = plan_turn(parsed, self.parser, self.settings.max_calls_per_turn)
+        plan = plan_turn(
+            parsed, self.parser, self.settings.max_calls_per_turn, self.settings.no_call
+        )
         message: dict[str, Any] = {"role": "assistant", "content": text}
         if parsed.reasoning is not None:
             message["reasoning_content"] = parsed.reasoning

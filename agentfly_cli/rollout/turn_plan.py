@@ -3,8 +3,9 @@
 Parsing of a long turn runs in a worker thread, so that the event loop (every other chain)
 never waits on it. The parsed turn becomes a plan: the calls to run, at most
 ``rollout.max_calls_per_turn`` of them, and the error observations the model will read:
-malformed calls, one for the calls over the cap, and one for tool-call markup that the parser
-does not read (which would otherwise pass for a final answer).
+malformed calls, one for the calls over the cap, one for tool-call markup that the parser
+does not read (which would otherwise pass for a final answer), and, under ``rollout.no_call:
+error``, one for a turn that neither calls a tool nor answers.
 """
 
 from __future__ import annotations
@@ -53,8 +54,13 @@ class TurnPlan:
         return not self.calls and not self.errors
 
 
-def plan_turn(parsed: ParsedResponse, parser: ToolCallParser, max_calls: int) -> TurnPlan:
-    """The calls and error observations of a parsed turn, under the per-turn cap."""
+def plan_turn(
+    parsed: ParsedResponse, parser: ToolCallParser, max_calls: int, no_call: str = "answer"
+) -> TurnPlan:
+    """The calls and error observations of a parsed turn, under the per-turn cap.
+
+    ``no_call="error"`` (``rollout.no_call``): a turn with neither a call nor an answer is a
+    ``no_call`` error observation rather than the chain's answer."""
     plan = TurnPlan(parsed, parsed.calls[:max_calls])
     expected = getattr(parser, "expected", "") or ""
     for error in parsed.errors[:max_calls]:
@@ -92,4 +98,13 @@ def plan_turn(parsed: ParsedResponse, parser: ToolCallParser, max_calls: int) ->
                     raw=markup,
                 )
             )
+    if no_call == "error" and plan.is_final and parsed.answer is None:
+        plan.errors.append(
+            ToolResult.error(
+                f"your turn called no tool, so nothing happened; this task ends only through "
+                f"its tools. {expected}".strip(),
+                ToolErrorKind.NO_CALL,
+                raw="",
+            )
+        )
     return plan

@@ -27,6 +27,13 @@ class RolloutSettings(BaseModel):
         ge=1,
         description="tool calls run per assistant turn; more become one error observation",
     )
+    no_call: Literal["answer", "error"] = Field(
+        "answer",
+        description="a turn with no tool call and no answer: 'answer' ends the chain with it "
+        "as the answer (chat agents); 'error' gives the model a no_call error naming the "
+        "expected format and the chain goes on, within max_errors (agents in an environment "
+        "that only the environment or the limits end)",
+    )
     stop: list[str] = Field(
         default_factory=list,
         description="end a turn at any sampled token whose text contains one of these "
