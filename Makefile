@@ -168,6 +168,7 @@ bench: install bench-venv
 	$(PY) benchmarks/logprob_memory_bench.py --out benchmarks/results/logprob_memory_bench.json
 	$(PY) benchmarks/pool_bench.py --out benchmarks/results/pool_bench.json
 	$(PY) benchmarks/sft_bench.py --out benchmarks/results/sft_bench.json
+	$(PY) benchmarks/skip_zero_advantage_bench.py --out benchmarks/results/skip_zero_advantage_bench.json
 	$(PY) benchmarks/gateway_bench.py --out benchmarks/results/gateway_bench.json
 	$(BENCH_VENV)/bin/python benchmarks/train_bench.py --out benchmarks/results/train_bench.json
 

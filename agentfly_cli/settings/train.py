@@ -190,6 +190,13 @@ class TrainerSettings(OptimizationSettings):
     tasks_per_step: int = Field(4, ge=1, description="tasks per step; each gets rollout.n chains")
     epochs: int = Field(1, ge=1, description="passes over each step's trajectories")
     mini_batches: int = Field(1, ge=1, description="optimizer steps per epoch")
+    skip_zero_advantage: bool = Field(
+        True,
+        description="skip the forward and backward passes of rows whose advantages are all 0 "
+        "(a GRPO group of equal rewards): the loss's normalisers still count them, so the "
+        "update is the same; only where nothing else reads such a row (no entropy bonus, KL "
+        "loss or value head; policy loss ppo or gspo)",
+    )
     shuffle: bool = Field(True, description="shuffle tasks each epoch of the dataset")
     balance: str | None = Field(
         None,

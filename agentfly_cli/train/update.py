@@ -25,6 +25,9 @@ from agentfly_cli.train.step_batch import StepBatch, trainable
 from agentfly_cli.train.step_progress import StepProgress
 from agentfly_cli.train.value_head import ValueHead
 
+#: Built-in policy losses whose loss and gradient are exactly 0 on a row with zero advantages.
+POLICY_LOSSES_ZERO_AT_ZERO_ADVANTAGE = frozenset({"ppo", "gspo"})
+
 
 class Tally:
     """Weighted means of per-micro-batch metrics; losses summed per optimizer step."""
@@ -92,6 +95,20 @@ class PolicyUpdate:
             self.value_optimizer = torch.optim.AdamW(
                 self.value_head.parameters(), lr=config.trainer.backend.lr * 10
             )
+        self.skips_zero_advantage = self._zero_advantage_rows_are_inert()
+
+    def _zero_advantage_rows_are_inert(self) -> bool:
+        """Whether a row whose advantages are all 0 adds exactly nothing to the gradient, so
+        that :meth:`optimize` may skip its passes: the policy loss is a built-in one (-A times
+        a ratio term) and no entropy bonus, KL loss or value loss reads the row."""
+        algo = self.algo
+        return (
+            self.settings.skip_zero_advantage
+            and algo.policy_loss in POLICY_LOSSES_ZERO_AT_ZERO_ADVANTAGE
+            and algo.entropy_coef == 0
+            and (self.reference is None or algo.kl_in_reward)
+            and self.value_head is None
+        )
 
     def prepare(self, trajectories: list[Trajectory], metrics: dict[str, float]):
         """The step's batch with its old/reference logprobs and advantages (None: nothing to
@@ -237,6 +254,7 @@ class PolicyUpdate:
         tally = Tally()
         self.train.model.train()
         rows = len(batch.rows) if batch is not None else 0
+        carries = self._rows_with_gradient(batch)
         schedule = []  # (indices, micro-batch plans) of each optimizer step, planned first
         for _ in range(settings.epochs):
             order = list(range(rows))
@@ -245,7 +263,11 @@ class PolicyUpdate:
             size = max(1, math.ceil(rows / settings.mini_batches))
             for part in range(settings.mini_batches):
                 indices = order[part * size : (part + 1) * size]
-                plans = self._plans(batch, indices)
+                plans = self._plans(batch, [i for i in indices if carries[i]])
+                if not plans and self.skips_zero_advantage and distributed.agree_max(len(indices)):
+                    # every row skipped: the optimizer still steps on zero gradients, as it
+                    # would have after passes over them (AdamW's momentum and decay)
+                    plans = [None]
                 if plans:  # else every rank agrees: nothing left for this mini-batch
                     schedule.append((indices, plans))
         progress = self.progress
@@ -286,7 +308,18 @@ class PolicyUpdate:
         out["train/optimizer_steps"] = float(optimizer_steps)
         if batch is not None:
             out["train/trained_tokens"] = float(batch.mask.sum().item())
+        if self.skips_zero_advantage:
+            out["train/skipped_zero_advantage"] = float(carries.count(False))
         return out
+
+    def _rows_with_gradient(self, batch: StepBatch | None) -> list[bool]:
+        """Per row, whether its passes can change the update (all True unless zero-advantage
+        rows are skipped; a NaN advantage is kept, so that it still shows)."""
+        if batch is None:
+            return []
+        if not self.skips_zero_advantage:
+            return [True] * len(batch.rows)
+        return (batch.advantages != 0).any(dim=1).tolist()
 
     def _micro_loss(
         self, batch: StepBatch, plan: MicroBatch, num_tokens: float, num_seqs: float, tally: Tally
