@@ -121,3 +121,35 @@ def test_one_deepspeed_process_trains_asynchronously(tmp_path, tiny_model):
         versions = {t.policy_version for r in records for t in r.turns if t.sampled_ids}
         assert versions and versions <= {step - 2, step - 1}, (step, versions)
     assert (run_dir / "checkpoints" / "step-000003" / "model" / "config.json").is_file()
+
+
+# Tasks 0, 2 and 3 get one reward for every chain (advantage 0: their rows are skipped);
+# task 1 the share of digits. Step 1: rank 0 (task 0) skips all its rows while rank 1
+# trains; step 2 (tasks 2 and 3): both ranks skip all.
+MOSTLY_FLAT = """
+def mostly_flat(prediction, trajectory=None, **fields):
+    if trajectory.task_index != 1:
+        return 0.5
+    text = "".join(m.get("content") or "" for m in trajectory.messages if m["role"] == "assistant")
+    return sum(c.isdigit() for c in text) / max(len(text), 1)
+"""
+
+
+def test_ranks_keep_in_step_when_one_or_all_skip_their_zero_advantage_rows(tmp_path, tiny_model):
+    run_dir = tmp_path / "run"
+    reward = tmp_path / "flat.py"
+    reward.write_text(MOSTLY_FLAT)
+    launch(tmp_path, tiny_model, run_dir, "--set", "trainer.backend.zero_stage=3",
+           "--set", "trainer.steps=2", "--set", "trainer.shuffle=false",
+           "--set", "trainer.save_every=1", "--reward", f"{reward}:mostly_flat")  # fmt: skip
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines] == [1, 2]
+    # means over the ranks: step 1, rank 0 skipped its 3 rows and rank 1 none; step 2, 3 each
+    assert [line["train/skipped_zero_advantage"] for line in lines] == [1.5, 3.0]
+    assert lines[0]["grad_norm"] > 0 and lines[1]["grad_norm"] == 0
+    assert [line["train/optimizer_steps"] for line in lines] == [1.0, 1.0]
+    folder = run_dir / "checkpoints"
+    one = load_file(str(folder / "step-000001" / "model" / "model.safetensors"))
+    two = load_file(str(folder / "step-000002" / "model" / "model.safetensors"))
+    # step 2 had zero gradients, yet AdamW stepped on step 1's momentum, as without skipping
+    assert any(not torch.equal(one[n], two[n]) for n in one)
