@@ -68,14 +68,22 @@ def check_warm_start_plays_solutions(
     recipe: str, tiny_model: Path, tmp_path: Path, limit: int, *flags: str
 ) -> list:
     """The recipe's default warm start on the tiny model: its packaged solutions of the first
-    ``limit`` training tasks are played in the real env and every one scores 1.0; no held-out
-    task is among them; then one RL step runs from the fine-tuned model. Returns the chains."""
+    ``limit`` training tasks (dealt over ``warm_start.balance``'s values if set) are played in
+    the real env and every one scores 1.0; no held-out task is among them; then one RL step
+    runs from the fine-tuned model. Returns the chains."""
     from agentfly_cli.config import load_config
     from agentfly_cli.rollout.tasks import load_tasks
 
-    data = load_config(recipe).data
+    config = load_config(recipe)
+    data = config.data
     split = {"holdout": data.holdout, "holdout_seed": data.holdout_seed}
     train = load_tasks(data.path, side="train", **split)
+    if config.trainer.warm_start.balance:  # the first tasks of each kind
+        from agentfly_cli.train.warm_start import balanced_subset
+
+        expected = balanced_subset(train, config.trainer.warm_start.balance, limit)
+    else:
+        expected = train[:limit]
     held = {row["id"] for row in load_tasks(data.path, side="heldout", **split)}
     run = tmp_path / "run"
     result = agentfly(
@@ -87,7 +95,7 @@ def check_warm_start_plays_solutions(
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     chains = read_trajectories(run / "warm_start" / "chains.jsonl")
-    assert [c.task["id"] for c in chains] == [row["id"] for row in train[:limit]]
+    assert sorted(c.task["id"] for c in chains) == sorted(row["id"] for row in expected)
     assert not {c.task["id"] for c in chains} & held
     assert [c.reward for c in chains] == [1.0] * limit, [c.reward for c in chains]
     resolved = json.loads((run / "config.json").read_text())

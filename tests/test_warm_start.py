@@ -114,3 +114,61 @@ def test_the_warm_start_is_refused_in_each_of_several_ranks(tmp_path, monkeypatc
     with pytest.raises(UserError, match="not in each of 2 ranks.*--no-warm-start"):
         warm_start(load_config("code_math"), tmp_path)
     assert not (tmp_path / "warm_start").exists()
+
+
+def test_a_balanced_warm_start_deals_its_limit_over_a_field():
+    from agentfly_cli.train.balance import deal_evenly
+    from agentfly_cli.train.warm_start import balanced_subset
+
+    kinds = "aaaabbc"  # a file sorted by kind: the first 5 rows would be a, a, a, a, b
+    rows = [{"id": f"t{i}", "kind": kind} for i, kind in enumerate(kinds)]
+    dealt = balanced_subset(rows, "kind", 5)
+    assert [r["id"] for r in dealt] == ["t0", "t4", "t6", "t1", "t5"]
+    assert [r["kind"] for r in balanced_subset(rows, "kind", None)] == list("abcabaa")
+    assert len(deal_evenly(rows, "kind", 50, setting="x")) == 7
+    with pytest.raises(UserError, match="trainer.warm_start.balance: 7 of 7 training tasks "
+                       "have no field 'level'"):  # fmt: skip
+        balanced_subset(rows, "level", 5)
+    no_ids = [{"kind": "a"}, {"id": "t1", "kind": "b"}]
+    with pytest.raises(UserError, match="of the 2 training tasks 1 have no id; give every"):
+        balanced_subset(no_ids, "kind", 2)
+    twice = [{"id": 3, "kind": "a"}, {"id": "3", "kind": "b"}]
+    with pytest.raises(UserError, match="their ids repeat"):
+        balanced_subset(twice, "kind", 2)
+
+
+def test_search_qa_warm_starts_on_one_task_of_each_type(tiny_model, tmp_path):
+    if importlib.util.find_spec("bm25s") is None:
+        pytest.skip("bm25s is not installed (pip install 'agentfly-cli[tasks]')")
+    data = load_config("search_qa").data
+    train = load_tasks(
+        data.path, holdout=data.holdout, holdout_seed=data.holdout_seed, side="train"
+    )
+    types = {row["type"] for row in train}
+    assert len({row["type"] for row in train[: len(types)]}) < len(types)  # file order misses some
+    run = tmp_path / "run"
+    result = agentfly(
+        "train", "search_qa", "--model", tiny_model, "--out", run, "--quiet", "--warm-start",
+        "--set", f"trainer.warm_start.limit={len(types)}",
+        "--set", "trainer.warm_start.balance=type",
+        "--set", "trainer.steps=1", "--set", "trainer.tasks_per_step=1", "--set", "rollout.n=2",
+        "--set", "rollout.max_total_tokens=3000",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    chains = read_trajectories(run / "warm_start" / "chains.jsonl")
+    assert sorted(c.task["type"] for c in chains) == sorted(types)  # one of each
+    assert all(c.reward == 1.0 for c in chains)
+    summary = json.loads((run / "warm_start" / "warm_start.json").read_text())
+    assert summary["tasks"] == len(types) and summary["balance"] == "type"
+
+
+def test_a_warm_start_that_leaves_kinds_out_says_how_to_deal_them(caplog):
+    from agentfly_cli.train.warm_start import warn_if_kinds_left_out
+
+    rows = [{"id": f"t{i}", "kind": kind} for i, kind in enumerate("aaaabbc")]
+    warn_if_kinds_left_out(rows[:4], rows, "kind")
+    assert "first 4 training tasks hold no task of 2 of the kind values RL balances over " \
+        "(b, c); set trainer.warm_start.balance: kind" in caplog.text  # fmt: skip
+    caplog.clear()
+    warn_if_kinds_left_out(rows[3:], rows, "kind")
+    assert not caplog.text

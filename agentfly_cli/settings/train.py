@@ -93,6 +93,12 @@ class WarmStartSettings(BaseModel):
     batch_size: int = Field(8, ge=1, description="solutions per optimizer step")
     lr: float = Field(5e-5, gt=0, allow_inf_nan=False, description="peak learning rate (cosine)")
     limit: int | None = Field(None, ge=1, description="use only the first N training tasks")
+    balance: str | None = Field(
+        None,
+        description="a data field (e.g. type): the `limit` tasks are dealt evenly over its "
+        "values, each value's in file order, so that a file sorted by kind still gives every "
+        "kind; null: the first `limit` training tasks",
+    )
 
 
 class CurriculumSettings(BaseModel):

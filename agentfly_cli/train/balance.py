@@ -78,3 +78,19 @@ class BalancedStream(TaskStream):
         at its epochs), the values taking turns in the round's order."""
         round_index, turn = divmod(position, len(self.streams))
         return self.streams[self._round(round_index)[turn]].task_at(round_index)
+
+
+def deal_evenly(
+    tasks: Sequence[Mapping[str, Any]], field: str, limit: int | None, *, setting: str
+) -> list[Mapping[str, Any]]:
+    """Up to ``limit`` of ``tasks`` taken round-robin over the values of ``field`` (values in
+    the order they first appear, each value's tasks in their order): every value gets its
+    share before any gets more, and a value with fewer tasks leaves its turns to the others."""
+    groups = list(group_by_field(tasks, field, setting=setting).values())
+    wanted = len(tasks) if limit is None else min(limit, len(tasks))
+    dealt: list[Mapping[str, Any]] = []
+    for round_index in range(max((len(g) for g in groups), default=0)):
+        for group in groups:
+            if round_index < len(group) and len(dealt) < wanted:
+                dealt.append(group[round_index])
+    return dealt

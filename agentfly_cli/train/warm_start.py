@@ -14,6 +14,7 @@ Everything goes to ``RUN_DIR/warm_start/`` (``solutions.jsonl``, ``chains.jsonl`
 from __future__ import annotations
 
 import json
+import logging
 import os
 import string
 import time
@@ -29,6 +30,8 @@ SCRIPT_FILE = "solutions.jsonl"
 CHAINS_FILE = "chains.jsonl"
 #: The warm start's own record: its wall time and what it trained on.
 SUMMARY_FILE = "warm_start.json"
+
+log = logging.getLogger(__name__)
 
 
 def _fill(template: str, fields: Mapping[str, Any], where: str) -> str:
@@ -80,6 +83,45 @@ def solution_script(rows: Sequence[Mapping[str, Any]], settings: WarmStartSettin
     return script
 
 
+def balanced_subset(
+    tasks: Sequence[Mapping[str, Any]], field: str, limit: int | None
+) -> list[Mapping[str, Any]]:
+    """``limit`` training tasks dealt evenly over ``field`` (``trainer.warm_start.balance``);
+    the warm start then plays them by their ``id``, which must be unique."""
+    from agentfly_cli.train.balance import deal_evenly
+
+    ids = [task.get("id") for task in tasks]
+    missing = sum(1 for value in ids if value is None)
+    if missing or len(set(map(str, ids))) != len(ids):
+        problem = f"{missing} have no id" if missing else "their ids repeat"
+        raise UserError(
+            f"trainer.warm_start.balance: the warm start picks its tasks by id, and of the "
+            f"{len(tasks)} training tasks {problem}; give every data row a unique id field, "
+            "or set trainer.warm_start.balance: null"
+        )
+    return deal_evenly(tasks, field, limit, setting="trainer.warm_start.balance")
+
+
+def warn_if_kinds_left_out(
+    chosen: Sequence[Mapping[str, Any]], everything: Sequence[Mapping[str, Any]], field: str
+) -> None:
+    """A warning when the first ``limit`` training tasks miss values of the field RL balances
+    over (``trainer.balance``): a data file sorted by kind warm-starts on a few kinds only."""
+    seen = {str(task.get(field)) for task in chosen}
+    left_out = sorted({str(task.get(field)) for task in everything} - seen)
+    if left_out:
+        shown = ", ".join(left_out[:5]) + (", ..." if len(left_out) > 5 else "")
+        log.warning(
+            "the warm start's first %d training tasks hold no task of %d of the %s values RL "
+            "balances over (%s); set trainer.warm_start.balance: %s to deal them evenly",
+            len(chosen),
+            len(left_out),
+            field,
+            shown,
+            field,
+        )
+
+
 def warm_start(config: Any, run_dir: Path, *, console: bool = True, **components: Any) -> Path:
     """Fine-tune ``config``'s model on the packaged solutions of its training tasks; the
     folder of the fine-tuned model (reused when a previous run left it). ``components``:
@@ -106,7 +148,16 @@ def warm_start(config: Any, run_dir: Path, *, console: bool = True, **components
     started = time.monotonic()
     data = config.data.model_copy(update={"split": "train", "limit": settings.limit})
     split = {"holdout": data.holdout, "holdout_seed": data.holdout_seed, "side": "train"}
-    tasks = load_tasks(data.path, data.limit, data.where, **split)
+    if settings.balance:
+        tasks = load_tasks(data.path, None, data.where, **split)
+        tasks = balanced_subset(tasks, settings.balance, settings.limit)
+        chosen = [task["id"] for task in tasks]  # the rollout reads exactly these
+        data = data.model_copy(update={"limit": None, "where": {**data.where, "id": chosen}})
+    else:
+        tasks = load_tasks(data.path, data.limit, data.where, **split)
+        if settings.limit and config.trainer.balance:
+            everything = load_tasks(data.path, None, data.where, **split)
+            warn_if_kinds_left_out(tasks, everything, config.trainer.balance)
     script = folder / SCRIPT_FILE
     scripted = config.backend.model_copy(update={"name": "scripted", "script": str(script)})
 
@@ -149,6 +200,7 @@ def warm_start(config: Any, run_dir: Path, *, console: bool = True, **components
     summary = {
         "seconds": round(time.monotonic() - started, 1),
         "tasks": len(tasks),
+        "balance": settings.balance,
         "base_model": model,
         "epochs": settings.epochs,
         "lr": settings.lr,
