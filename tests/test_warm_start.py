@@ -172,3 +172,23 @@ def test_a_warm_start_that_leaves_kinds_out_says_how_to_deal_them(caplog):
     caplog.clear()
     warn_if_kinds_left_out(rows[3:], rows, "kind")
     assert not caplog.text
+
+
+@pytest.mark.parametrize("explicit_null", [False, True], ids=["default", "explicit-null"])
+def test_an_explicit_null_balance_keeps_file_order_without_the_warning(
+    tiny_model, tmp_path, caplog, explicit_null
+):
+    if importlib.util.find_spec("bm25s") is None:
+        pytest.skip("bm25s is not installed (pip install 'agentfly-cli[tasks]')")
+    from agentfly_cli.train.warm_start import warm_start
+
+    sets = [
+        "trainer.warm_start.limit=2", "trainer.warm_start.batch_size=2", "trainer.balance=type",
+        "rollout.max_total_tokens=3000",
+    ]  # fmt: skip
+    if explicit_null:
+        sets.append("trainer.warm_start.balance=null")
+    config = load_config("search_qa", sets, model=str(tiny_model))
+    warm_start(config, tmp_path, console=False)
+    warned = "set trainer.warm_start.balance: type to deal them evenly" in caplog.text
+    assert warned != explicit_null

@@ -155,7 +155,8 @@ def warm_start(config: Any, run_dir: Path, *, console: bool = True, **components
         data = data.model_copy(update={"limit": None, "where": {**data.where, "id": chosen}})
     else:
         tasks = load_tasks(data.path, data.limit, data.where, **split)
-        if settings.limit and config.trainer.balance:
+        chose_file_order = "balance" in settings.model_fields_set  # an explicit null
+        if settings.limit and config.trainer.balance and not chose_file_order:
             everything = load_tasks(data.path, None, data.where, **split)
             warn_if_kinds_left_out(tasks, everything, config.trainer.balance)
     script = folder / SCRIPT_FILE
