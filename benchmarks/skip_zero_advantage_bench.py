@@ -138,6 +138,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2")
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument(
+        "--shares", default=",".join(map(str, FLAT_SHARES)), help="flat shares, comma-separated"
+    )
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     import torch
@@ -145,7 +148,8 @@ def main() -> None:
     from agentfly_cli.models.resolve import resolve_model
 
     model_dir = resolve_model(args.model)
-    cases = [run_case(model_dir, share, args.repeats) for share in FLAT_SHARES]
+    shares = [float(share) for share in args.shares.split(",")]
+    cases = [run_case(model_dir, share, args.repeats) for share in shares]
     result = {
         "benchmark": "skip_zero_advantage",
         "model": args.model,

@@ -249,7 +249,9 @@ def test_a_cancelled_step_marks_the_env_unhealthy_and_a_cancelled_start_leaks_no
         with pytest.raises(asyncio.TimeoutError):
             await asyncio.wait_for(env.start(), 0.05)  # the JVM is still starting
         await env.close()
-        for _ in range(100):  # the start thread stops its JVM when it comes up
+        # the start thread stops its JVM when it comes up: 60 s, as a loaded 2-core machine
+        # took over 10 s to bring one up (the test failed there with a 10-s wait)
+        for _ in range(600):
             if set(java_children()) == before:
                 break
             await asyncio.sleep(0.1)
