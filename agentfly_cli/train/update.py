@@ -24,9 +24,7 @@ from agentfly_cli.train.logprobs import SequenceBatch, sequence_logprobs
 from agentfly_cli.train.step_batch import StepBatch, trainable
 from agentfly_cli.train.step_progress import StepProgress
 from agentfly_cli.train.value_head import ValueHead
-
-#: Built-in policy losses whose loss and gradient are exactly 0 on a row with zero advantages.
-POLICY_LOSSES_ZERO_AT_ZERO_ADVANTAGE = frozenset({"ppo", "gspo"})
+from agentfly_cli.train.zero_advantage import rows_with_gradient, zero_advantage_rows_are_inert
 
 
 class Tally:
@@ -95,19 +93,10 @@ class PolicyUpdate:
             self.value_optimizer = torch.optim.AdamW(
                 self.value_head.parameters(), lr=config.trainer.backend.lr * 10
             )
-        self.skips_zero_advantage = self._zero_advantage_rows_are_inert()
-
-    def _zero_advantage_rows_are_inert(self) -> bool:
-        """Whether a row whose advantages are all 0 adds exactly nothing to the gradient, so
-        that :meth:`optimize` may skip its passes: the policy loss is a built-in one (-A times
-        a ratio term) and no entropy bonus, KL loss or value loss reads the row."""
-        algo = self.algo
-        return (
-            self.settings.skip_zero_advantage
-            and algo.policy_loss in POLICY_LOSSES_ZERO_AT_ZERO_ADVANTAGE
-            and algo.entropy_coef == 0
-            and (self.reference is None or algo.kl_in_reward)
-            and self.value_head is None
+        self.skips_zero_advantage = zero_advantage_rows_are_inert(
+            self.settings,
+            has_reference=reference is not None,
+            has_value_head=self.value_head is not None,
         )
 
     def prepare(self, trajectories: list[Trajectory], metrics: dict[str, float]):
@@ -254,7 +243,9 @@ class PolicyUpdate:
         tally = Tally()
         self.train.model.train()
         rows = len(batch.rows) if batch is not None else 0
-        carries = self._rows_with_gradient(batch)
+        carries = (
+            [] if batch is None else rows_with_gradient(batch.advantages, self.skips_zero_advantage)
+        )
         schedule = []  # (indices, micro-batch plans) of each optimizer step, planned first
         for _ in range(settings.epochs):
             order = list(range(rows))
@@ -311,15 +302,6 @@ class PolicyUpdate:
         if self.skips_zero_advantage:
             out["train/skipped_zero_advantage"] = float(carries.count(False))
         return out
-
-    def _rows_with_gradient(self, batch: StepBatch | None) -> list[bool]:
-        """Per row, whether its passes can change the update (all True unless zero-advantage
-        rows are skipped; a NaN advantage is kept, so that it still shows)."""
-        if batch is None:
-            return []
-        if not self.skips_zero_advantage:
-            return [True] * len(batch.rows)
-        return (batch.advantages != 0).any(dim=1).tolist()
 
     def _micro_loss(
         self, batch: StepBatch, plan: MicroBatch, num_tokens: float, num_seqs: float, tally: Tally
