@@ -148,16 +148,15 @@ def warm_start(config: Any, run_dir: Path, *, console: bool = True, **components
     started = time.monotonic()
     data = config.data.model_copy(update={"split": "train", "limit": settings.limit})
     split = {"holdout": data.holdout, "holdout_seed": data.holdout_seed, "side": "train"}
+    everything = load_tasks(data.path, None, data.where, **split)  # limit applies below
     if settings.balance:
-        tasks = load_tasks(data.path, None, data.where, **split)
-        tasks = balanced_subset(tasks, settings.balance, settings.limit)
+        tasks = balanced_subset(everything, settings.balance, settings.limit)
         chosen = [task["id"] for task in tasks]  # the rollout reads exactly these
         data = data.model_copy(update={"limit": None, "where": {**data.where, "id": chosen}})
     else:
-        tasks = load_tasks(data.path, data.limit, data.where, **split)
+        tasks = everything[: settings.limit]  # as the rollout's data.limit reads them
         chose_file_order = "balance" in settings.model_fields_set  # an explicit null
         if settings.limit and config.trainer.balance and not chose_file_order:
-            everything = load_tasks(data.path, None, data.where, **split)
             warn_if_kinds_left_out(tasks, everything, config.trainer.balance)
     script = folder / SCRIPT_FILE
     scripted = config.backend.model_copy(update={"name": "scripted", "script": str(script)})
