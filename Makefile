@@ -32,7 +32,7 @@ help:
 	@echo "make test       the test suite (fast tests; slow ones: make test-slow)"
 	@echo "make lint       ruff"
 	@echo "make config-docs  regenerate docs/config.md from the settings models"
-	@echo "make bench-async  sync against async training on SmolLM2 (about an hour)"
+	@echo "make bench-async  sync against async training on SmolLM2 (25-50 minutes)"
 
 $(VENV)/.installed: pyproject.toml constraints/cpu.txt
 	$(MAKE) --no-print-directory system-deps
