@@ -23,17 +23,20 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+from agentfly_cli.errors import UserError
+from agentfly_cli.rollout.trajectory import Trajectory, read_trajectories
+
 SCORE = re.compile(r"Score: (-?\d+)/100")
 KINDS = ("right", "wrong", "other", "unknown_only", "never")
 
 
-def actions(trajectory: dict[str, Any]) -> list[tuple[str, str]]:
+def actions(trajectory: Trajectory) -> list[tuple[str, str]]:
     """(action, observation) pairs of the chain's own turns, after the task's question."""
-    messages = trajectory["messages"]
-    question = trajectory["task"]["question"]
+    messages = trajectory.messages
+    question = trajectory.task["question"]
     starts = [i for i, m in enumerate(messages) if m["role"] == "user" and m["content"] == question]
     if not starts:
-        raise ValueError(f"task {trajectory['task'].get('id')}: its question is not in the chat")
+        raise ValueError(f"task {trajectory.task.get('id')}: its question is not in the chat")
     pairs = []
     for i in range(starts[-1] + 1, len(messages)):
         if messages[i]["role"] == "assistant":
@@ -62,16 +65,17 @@ def first_focus(pairs: list[tuple[str, str]]) -> str:
     return kind
 
 
-def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def summarize(rows: list[Trajectory]) -> dict[str, Any]:
     by_type: dict[str, list[float]] = defaultdict(list)
     kinds: Counter[str] = Counter()
-    for row in rows:
-        by_type[row["task"]["task_name"]].append(row["reward"])
+    rewards = [row.reward or 0.0 for row in rows]  # no reward (a failed chain): 0
+    for row, reward in zip(rows, rewards, strict=True):
+        by_type[row.task["task_name"]].append(reward)
         kinds[first_focus(actions(row))] += 1
     return {
         "chains": len(rows),
-        "mean": round(statistics.mean(r["reward"] for r in rows), 4) if rows else None,
-        "completed": sum(r["reward"] >= 1.0 for r in rows),
+        "mean": round(statistics.mean(rewards), 4) if rows else None,
+        "completed": sum(reward >= 1.0 for reward in rewards),
         "first_focus": {kind: kinds[kind] for kind in KINDS},
         "by_type": {name: round(statistics.mean(v), 4) for name, v in sorted(by_type.items())},
     }
@@ -83,11 +87,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="one JSON object per file")
     args = parser.parse_args(argv)
     for path in args.files:
-        if not path.is_file():
-            print(f"error: no trajectory file at {path}; give a .jsonl of trajectories",
-                  file=sys.stderr)  # fmt: skip
+        try:
+            rows = read_trajectories(path)
+        except UserError as exc:
+            print(f"error: {exc}", file=sys.stderr)
             return 2
-        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         result = {"file": str(path), **summarize(rows)}
         if args.json:
             print(json.dumps(result))

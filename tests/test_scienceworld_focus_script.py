@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from agentfly_cli.rollout.trajectory import Trajectory, write_trajectories
 from tests.conftest import load_script
 
 QUESTION = "Your task is to find a(n) animal. First, focus on the thing."
@@ -14,14 +15,14 @@ EXAMPLE = [  # the prompt's worked example: a right focus that is not the chain'
 ]
 
 
-def chain(turns, reward=0.0, task_name="find-animal"):
+def chain(turns, reward=0.0, task_name="find-animal") -> Trajectory:
     messages = [{"role": "system", "content": "You do science tasks."}, *EXAMPLE]
     messages.append({"role": "user", "content": QUESTION})
     for action, reply in turns:
         messages.append({"role": "assistant", "content": f"ACTION: {action}"})
         messages.append({"role": "user", "content": reply})
     task = {"id": "t", "task_name": task_name, "question": QUESTION}
-    return {"messages": messages, "task": task, "reward": reward}
+    return Trajectory(messages=messages, task=task, reward=reward)
 
 
 TELEPORT = ("teleport to outside", "You teleport to the outside.\nScore: 25/100.")
@@ -33,7 +34,7 @@ def test_first_focus_kinds():
     kind = lambda turns: script.first_focus(script.actions(chain(turns)))  # noqa: E731
     right = ("focus on frog", "You focus on the frog.\nScore: 75/100.")
     assert kind([TELEPORT, UNKNOWN, right]) == "right"
-    assert kind([TELEPORT, ("focus on frog", "You focus on the frog.\nScore: 75/100.")]) == "right"
+    assert kind([TELEPORT, right]) == "right"
     wrong = ("focus on axe", "You focus on the axe.\nThe task has failed. Score: -100/100.")
     assert kind([TELEPORT, UNKNOWN, wrong]) == "wrong"
     assert kind([TELEPORT, UNKNOWN, UNKNOWN]) == "unknown_only"
@@ -50,7 +51,7 @@ def test_summary_counts_per_file(tmp_path, capsys):
         chain([TELEPORT], 0.25, task_name="find-plant"),
     ]
     path = tmp_path / "eval.jsonl"
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    write_trajectories(path, rows)
     assert script.main([str(path), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["chains"] == 3 and result["completed"] == 1
@@ -63,4 +64,4 @@ def test_summary_counts_per_file(tmp_path, capsys):
     }
     assert result["by_type"] == {"find-animal": 1.0, "find-plant": 0.25}
     assert script.main([str(tmp_path / "missing.jsonl")]) == 2
-    assert "no trajectory file" in capsys.readouterr().err
+    assert "not found" in capsys.readouterr().err
