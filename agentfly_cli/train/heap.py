@@ -18,6 +18,12 @@ stays in the process until ``malloc_trim`` hands its whole pages back: a rollout
 each left 0.15-0.2 GiB so. The update trims the heap before it starts and after every
 micro-batch's backward (10-20 ms each, against seconds of backward): the demo's first 3 steps
 peaked at 2.70 GiB instead of 2.77 (with :mod:`agentfly_cli.train.direct_grads`).
+
+The fixed thresholds hold only with ``AGENTFLY_MALLOC_TUNING=0``. By default the hf and torch
+backends raise them instead (:mod:`agentfly_cli.allocator`: freed KV blocks reused, 1.3-1.5x
+faster steps on a CPU), since in a training process the rollout's decoding and the update share
+one heap; that costs resident memory: the demo's first 3 steps peak at 3.0 GiB instead of 2.6
+(bisected to the commit that added the tuning). One arena holds either way.
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import logging
+
+from agentfly_cli import settings
 
 log = logging.getLogger(__name__)
 
@@ -65,15 +73,18 @@ _trim = None
 
 
 def return_freed_memory() -> bool:
-    """Fix glibc's mmap and trim thresholds and use one arena for this process; False where it
-    is not glibc."""
+    """Use one arena for this process and, with the decode tuning off
+    (``AGENTFLY_MALLOC_TUNING=0``), fix glibc's mmap and trim thresholds; False where it is not
+    glibc or mallopt refused."""
     libc = _libc()
     mallopt = getattr(libc, "mallopt", None)
     if mallopt is None:
         return False  # musl, macOS: no mallopt
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    ok = mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1
+    ok = mallopt(M_ARENA_MAX, 1) == 1
+    if settings.malloc_tuning_enabled():
+        return ok  # the backends set the thresholds for decoding (agentfly_cli/allocator.py)
+    ok = mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1 and ok
     ok = mallopt(M_TRIM_THRESHOLD, MMAP_THRESHOLD) == 1 and ok
-    ok = mallopt(M_ARENA_MAX, 1) == 1 and ok
     log.debug("glibc malloc: fixed mmap threshold %s", "set" if ok else "refused")
     return ok
