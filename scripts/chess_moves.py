@@ -143,8 +143,12 @@ def main(argv: list[str] | None = None) -> int:
             reports.append({"puzzles": str(args.puzzles), **rules(rows)})
         for path in args.files:
             reports.append({"file": str(path), **summarize(read_trajectories(path))})
-    except (UserError, OSError, ValueError, KeyError) as exc:
-        print(f"error: {exc!s}; give a chess_puzzles puzzle or trajectory file", file=sys.stderr)
+    except UserError as exc:  # a trajectory file: its one-line error names the fix
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except (OSError, ValueError, KeyError) as exc:
+        problem = f"a row has no {exc.args[0]!r} field" if isinstance(exc, KeyError) else exc
+        print(f"error: {problem}; give a chess_puzzles puzzle or trajectory file", file=sys.stderr)
         return 2
     for report in reports:
         print(json.dumps(report) if args.json else _text(report))

@@ -95,3 +95,11 @@ def test_cli_reads_files_and_names_a_bad_one(tmp_path, capsys):
     assert script.main([str(bad)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and str(bad) in err and "Traceback" not in err
+    not_puzzles = tmp_path / "rows.jsonl"
+    not_puzzles.write_text('{"id": 1}\n', encoding="utf-8")
+    assert script.main(["--rules", "--puzzles", str(not_puzzles)]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err
+        == "error: a row has no 'mate_in' field; give a chess_puzzles puzzle or trajectory file\n"
+    )
