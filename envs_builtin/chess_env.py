@@ -134,6 +134,21 @@ def render_board(board) -> str:
     return "\n".join([*rows, "  a b c d e f g h"])
 
 
+def puzzle_question(board, mate_in: int) -> str:
+    """A puzzle's question as the packaged data writes it: the task, board, FEN, side to move
+    and the listed legal moves (checks first)."""
+    side = side_name(board.turn)
+    return "\n".join(
+        [
+            f"Chess puzzle: you play {side}. Checkmate within {_moves(mate_in)}.",
+            render_board(board),
+            f"FEN: {board.fen()}",
+            f"{side} to move (move {board.fullmove_number}).",
+            "Legal moves: " + " ".join(legal_sans(board)),
+        ]
+    )
+
+
 def _moves(count: int) -> str:
     return f"{count} move" + ("" if count == 1 else "s")
 

@@ -10,8 +10,12 @@ Two reports, each optional:
 - trajectory files (``agentfly eval --out``, or a run's ``trajectories/*.jsonl``): per level
   (``mate_in``), the chains, their mean reward, how many played a listed check first, and for
   mates in 2 how many first moves were winning ones and how many of those went on to mate.
+- ``--derive OUT``: the positions those mates in 2 reached after a winning first move and the
+  opponent's reply, written as mate-in-1 puzzles (one row per distinct position) for
+  ``agentfly eval chess_puzzles --data OUT --set data.holdout=0``: is the second move harder
+  inside the chain than as a fresh puzzle?
 
-Run: .venv/bin/python scripts/chess_moves.py [--rules] [FILE.jsonl ...] [--json]
+Run: .venv/bin/python scripts/chess_moves.py [--rules] [FILE.jsonl ...] [--derive OUT] [--json]
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from typing import Any
 
 from agentfly_cli.errors import UserError
 from agentfly_cli.rollout.trajectory import Trajectory, read_trajectories
-from envs_builtin.chess_env import IllegalMoveError, import_chess, parse_move
+from envs_builtin.chess_env import IllegalMoveError, import_chess, parse_move, puzzle_question
 from rewards_builtin.chess_puzzles import played_moves, replay
 
 PUZZLES = Path(__file__).resolve().parents[1] / "agentfly_cli/recipes/data/chess_puzzles.jsonl"
@@ -100,6 +104,49 @@ def chain_moves(row: Trajectory) -> dict[str, Any]:
     return result
 
 
+def derived_mates_in_1(rows: list[Trajectory]) -> list[dict[str, Any]]:
+    """Mate-in-1 puzzle rows of the positions mates in 2 reached after a winning first move and
+    the opponent's recorded reply, one per distinct position, in the order first reached."""
+    chess, seen, out = import_chess(), set(), []
+    for row in rows:
+        task, moves = row.task, played_moves(row)
+        if task["mate_in"] != 2 or not moves or moves[0][1] is None:
+            continue
+        board = chess.Board(task["fen"])
+        try:
+            first = parse_move(board, moves[0][0])
+        except IllegalMoveError:
+            continue
+        if first.uci() not in task["winning_moves"]:
+            continue
+        board.push(first)
+        board.push_uci(moves[0][1])
+        if board.fen() in seen:
+            continue
+        seen.add(board.fen())
+        mates = [m.uci() for m in board.legal_moves if _mates(board, m)]
+        out.append(
+            {
+                "id": f"{task['id']}-after-{first.uci()}-{moves[0][1]}",
+                "fen": board.fen(),
+                "side": task.get("side", ""),
+                "mate_in": 1,
+                "winning_moves": mates,
+                "legal_moves": board.legal_moves.count(),
+                "question": puzzle_question(board, 1),
+            }
+        )
+    return out
+
+
+def _mates(board: Any, move: Any) -> bool:
+    board.push(move)
+    try:
+        return board.is_checkmate()
+    finally:
+        board.pop()
+
+
 def summarize(rows: list[Trajectory]) -> dict[str, Any]:
     levels: dict[int, list[dict[str, Any]]] = defaultdict(list)
     rewards: dict[int, list[float]] = defaultdict(list)
@@ -131,18 +178,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("files", nargs="*", type=Path)
     parser.add_argument("--rules", action="store_true", help="score the listed-move rules")
     parser.add_argument("--puzzles", type=Path, default=PUZZLES, help="puzzle file for --rules")
+    parser.add_argument("--derive", type=Path, help="write the reached mate-in-1 positions here")
     parser.add_argument("--json", action="store_true", help="one JSON object per report")
     args = parser.parse_args(argv)
     if not args.rules and not args.files:
         parser.error("give --rules, trajectory files, or both")
-    reports = []
+    reports, derived = [], []
     try:
         if args.rules:
             with args.puzzles.open(encoding="utf-8") as handle:
                 rows = [json.loads(line) for line in handle if line.strip()]
             reports.append({"puzzles": str(args.puzzles), **rules(rows)})
         for path in args.files:
-            reports.append({"file": str(path), **summarize(read_trajectories(path))})
+            chains = read_trajectories(path)
+            reports.append({"file": str(path), **summarize(chains)})
+            derived.extend(r for r in derived_mates_in_1(chains) if r not in derived)
+        if args.derive is not None:
+            text = "".join(json.dumps(row) + "\n" for row in derived)
+            args.derive.write_text(text, encoding="utf-8")
+            reports.append({"derived": str(args.derive), "positions": len(derived)})
     except UserError as exc:  # a trajectory file: its one-line error names the fix
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -156,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _text(report: dict[str, Any]) -> str:
+    if "derived" in report:
+        return f"wrote {report['positions']} mate-in-1 positions to {report['derived']}"
     head = report.get("file") or report["puzzles"]
     lines = [f"{head}:"]
     for key, value in report.items():

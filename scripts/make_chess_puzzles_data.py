@@ -36,8 +36,7 @@ import chess.engine
 from envs_builtin.chess_env import (
     ChessPuzzleEnv,
     find_stockfish,
-    legal_sans,
-    render_board,
+    puzzle_question,
     side_name,
 )
 
@@ -78,20 +77,6 @@ def winning_moves(board: chess.Board, moves: int) -> list[str]:
     return [m.uci() for m in list(board.legal_moves) if _mates_after(board, m, moves)]
 
 
-def question_text(board: chess.Board, mate_in: int) -> str:
-    side = side_name(board.turn)
-    plural = "" if mate_in == 1 else "s"
-    return "\n".join(
-        [
-            f"Chess puzzle: you play {side}. Checkmate within {mate_in} move{plural}.",
-            render_board(board),
-            f"FEN: {board.fen()}",
-            f"{side} to move (move {board.fullmove_number}).",
-            "Legal moves: " + " ".join(legal_sans(board)),
-        ]
-    )
-
-
 def candidate(engine: chess.engine.SimpleEngine, rng: random.Random, game: int, wanted: set):
     """Play one seeded game; the first position where the strong side mates in a wanted N."""
     board = chess.Board()
@@ -129,7 +114,7 @@ def puzzle(engine, board: chess.Board, mate_in: int, index: int) -> dict | None:
         "solution": [first if first in winning else winning[0]],
         "winning_moves": winning,
         "legal_moves": board.legal_moves.count(),
-        "question": question_text(board, mate_in),
+        "question": puzzle_question(board, mate_in),
     }
 
 

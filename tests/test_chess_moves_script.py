@@ -103,3 +103,26 @@ def test_cli_reads_files_and_names_a_bad_one(tmp_path, capsys):
         err
         == "error: a row has no 'mate_in' field; give a chess_puzzles puzzle or trajectory file\n"
     )
+
+
+def test_derive_writes_each_reached_mate_in_1_once(tmp_path, capsys):
+    script = load_script("scripts/chess_moves.py")
+    reply = "You played Na7+ (b5a7). Opponent replied Kb8 (c8b8)."
+    chains = [
+        chain(MATE_IN_2, [("Na7+", reply), ("Re7", "You played Re7 (f7e7). Puzzle failed.")], 0.0),
+        chain(MATE_IN_2, [("b5a7", reply)], 0.0),  # the same position, reached in UCI
+        chain(MATE_IN_2, [("Rf8+", "You played Rf8+ (f7f8). Opponent replied Bxf8 (g7f8).")], 0.0),
+        chain(MATE_IN_1, [("Ra8+", "You played Ra8# (a1a8). Checkmate!")], 1.0),
+    ]
+    assert len(script.derived_mates_in_1(chains)) == 1
+    path = tmp_path / "eval.jsonl"
+    write_trajectories(path, chains)
+    write_trajectories(tmp_path / "again.jsonl", chains)  # a second file reaching it again
+    out = tmp_path / "derived.jsonl"
+    assert script.main([str(path), str(tmp_path / "again.jsonl"), "--derive", str(out)]) == 0
+    assert f"wrote 1 mate-in-1 positions to {out}" in capsys.readouterr().out
+    (row,) = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert row["fen"].startswith("1k6/N4Rb1/")  # the knight on a7, the king driven to b8
+    assert row["mate_in"] == 1 and row["winning_moves"] == ["d1d8"]
+    assert "Checkmate within 1 move." in row["question"]
+    assert "Rd8+" in script.listed_moves(row["question"])  # the mate, listed as a check

@@ -166,6 +166,14 @@ def test_board_text_and_legal_moves_list_checks_first_without_giving_mates_away(
     assert parse_move(board, mate[:-1] + "+") == chess.Move.from_uci(M1["solution"][0])
 
 
+def test_puzzle_question_renders_the_packaged_questions():
+    # the data maker and scripts/chess_moves.py --derive write questions with it
+    rows = [json.loads(line) for line in DATA.read_text(encoding="utf-8").splitlines()]
+    for row in rows:
+        question = chess_env.puzzle_question(chess.Board(row["fen"]), row["mate_in"])
+        assert question == row["question"], row["id"]
+
+
 # -- the env and its tools -----------------------------------------------------------------------
 async def started(**options) -> ChessPuzzleEnv:
     env = ChessPuzzleEnv(**options)
