@@ -87,17 +87,25 @@ def rules(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def first_move(task: dict[str, Any], moves: list[tuple[str, str | None]]):
+    """(the start position, the chain's first move on it), or None when it played no legal move."""
+    if not moves:
+        return None
+    board = import_chess().Board(task["fen"])
+    try:
+        return board, parse_move(board, moves[0][0])
+    except IllegalMoveError:
+        return None
+
+
 def chain_moves(row: Trajectory) -> dict[str, Any]:
     """A chain's first move (listed check or not, winning or not) and whether it mated."""
     task, moves = row.task, played_moves(row)
     result = {"first_check": False, "first_winning": False, "solved": (row.reward or 0.0) >= 1.0}
-    if not moves:
+    opening = first_move(task, moves)
+    if opening is None:
         return result
-    board = import_chess().Board(task["fen"])
-    try:
-        first = parse_move(board, moves[0][0])
-    except IllegalMoveError:
-        return result
+    board, first = opening
     result["first_check"] = board.gives_check(first)
     result["first_winning"] = first.uci() in task["winning_moves"]
     result["solved"] = replay(task["fen"], task["mate_in"], moves)["solved"]
@@ -107,16 +115,13 @@ def chain_moves(row: Trajectory) -> dict[str, Any]:
 def derived_mates_in_1(rows: list[Trajectory]) -> list[dict[str, Any]]:
     """Mate-in-1 puzzle rows of the positions mates in 2 reached after a winning first move and
     the opponent's recorded reply, one per distinct position, in the order first reached."""
-    chess, seen, out = import_chess(), set(), []
+    seen, out = set(), []
     for row in rows:
         task, moves = row.task, played_moves(row)
-        if task["mate_in"] != 2 or not moves or moves[0][1] is None:
+        opening = first_move(task, moves) if task["mate_in"] == 2 else None
+        if opening is None or moves[0][1] is None:
             continue
-        board = chess.Board(task["fen"])
-        try:
-            first = parse_move(board, moves[0][0])
-        except IllegalMoveError:
-            continue
+        board, first = opening
         if first.uci() not in task["winning_moves"]:
             continue
         board.push(first)
@@ -183,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.rules and not args.files:
         parser.error("give --rules, trajectory files, or both")
-    reports, derived = [], []
+    reports, every_chain = [], []
     try:
         if args.rules:
             with args.puzzles.open(encoding="utf-8") as handle:
@@ -192,8 +197,9 @@ def main(argv: list[str] | None = None) -> int:
         for path in args.files:
             chains = read_trajectories(path)
             reports.append({"file": str(path), **summarize(chains)})
-            derived.extend(r for r in derived_mates_in_1(chains) if r not in derived)
+            every_chain.extend(chains)
         if args.derive is not None:
+            derived = derived_mates_in_1(every_chain)  # a position once, whichever file
             text = "".join(json.dumps(row) + "\n" for row in derived)
             args.derive.write_text(text, encoding="utf-8")
             reports.append({"derived": str(args.derive), "positions": len(derived)})

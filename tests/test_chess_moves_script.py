@@ -39,7 +39,7 @@ def chain(task, moves, reward) -> Trajectory:
             arguments={"move": san},
             observation=observation,
             status="ok",
-        )  # fmt: skip
+        )
         for i, (san, observation) in enumerate(moves)
     ]
     return Trajectory(task=task, tool_calls=calls, reward=reward)
