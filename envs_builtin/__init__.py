@@ -31,6 +31,7 @@ _TOOLS = {
     "tw_inventory": "envs_builtin.textworld_env",
     "tw_commands": "envs_builtin.textworld_env",
     "chess_move": "envs_builtin.chess_env",
+    "chess_replies": "envs_builtin.chess_env",
     "chess_board": "envs_builtin.chess_env",
     "chess_legal_moves": "envs_builtin.chess_env",
     "search": "envs_builtin.search_env",

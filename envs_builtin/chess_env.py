@@ -5,9 +5,10 @@ move budget (``mate_in``). The agent moves with ``chess_move``; Stockfish answer
 its best reply. The puzzle is *solved* when the agent checkmates within ``mate_in`` moves, and
 *failed* when the budget runs out, the game ends otherwise, or (``strict``, the default) a move
 leaves no forced mate within the moves left, by Stockfish's analysis. ``chess_board`` and
-``chess_legal_moves`` read the position without moving. One Stockfish process per env (python-
-chess's async UCI client), started in ``start`` and quit in ``close``. Actions and results are
-JSON values. See ``docs/recipes/chess_puzzles.md``.
+``chess_legal_moves`` read the position without moving; ``chess_replies`` looks one move ahead
+(the opponent's legal answers to a move, which is not played). One Stockfish process per env
+(python-chess's async UCI client), started in ``start`` and quit in ``close``. Actions and
+results are JSON values. See ``docs/recipes/chess_puzzles.md``.
 """
 
 from __future__ import annotations
@@ -120,12 +121,15 @@ def legal_sans(board) -> list[str]:
     """
     checks, others = [], []
     for move in board.legal_moves:
-        san = board.san(move)
-        if san.endswith(("+", "#")):
-            checks.append(san.rstrip("+#") + "+")
-        else:
-            others.append(san)
+        san = legal_san(board, move)
+        (checks if san.endswith("+") else others).append(san)
     return checks + others
+
+
+def legal_san(board, move) -> str:
+    """``move`` in SAN as the move lists write it: a mate marked ``+`` like any check."""
+    san = board.san(move)
+    return san.rstrip("+#") + "+" if san.endswith(("+", "#")) else san
 
 
 def render_board(board) -> str:
@@ -156,11 +160,12 @@ def _moves(count: int) -> str:
 class ChessPuzzleEnv(BaseEnv):
     """One puzzle at a time against one Stockfish process.
 
-    Actions: a move string, ``{"op": "move", "move": "Qh5"}``, ``{"op": "board"}``,
-    ``{"op": "legal_moves"}`` or ``{"op": "state"}``. Results are dicts: ``fen``, ``player``,
+    Actions: a move string, ``{"op": "move", "move": "Qh5"}``, ``{"op": "replies", "move":
+    "Qh5"}`` (look ahead without moving), ``{"op": "board"}``, ``{"op": "legal_moves"}`` or
+    ``{"op": "state"}``. Results are dicts: ``fen``, ``player``,
     ``turn``, ``fullmove``, ``mate_in``, ``moves_made``, ``moves_left``, ``status``
     (playing | solved | failed), ``reason``, ``board`` (text), and per op ``agent_move`` /
-    ``opponent_move`` (``{"san", "uci"}``) or ``legal_moves``.
+    ``opponent_move`` (``{"san", "uci"}``), ``legal_moves``, or ``probed_move`` and ``replies``.
     """
 
     def __init__(
@@ -244,8 +249,10 @@ class ChessPuzzleEnv(BaseEnv):
         if op == "legal_moves":
             moves = legal_sans(self.board) if self.status == "playing" else []
             return {**self._state(), "legal_moves": moves}
+        if op == "replies":
+            return self._replies(action.get("move"))
         if op != "move":
-            raise ValueError(f"unknown op {op!r}; use move, board, legal_moves or state")
+            raise ValueError(f"unknown op {op!r}; use move, replies, board, legal_moves or state")
         async with self._lock:
             try:
                 return await self._move(action.get("move"))
@@ -309,6 +316,16 @@ class ChessPuzzleEnv(BaseEnv):
         self.board, self.moves_made, self.status, self.reason = board, made, status, reason
         return {**self._state(), "agent_move": agent, "opponent_move": reply}
 
+    def _replies(self, text: Any) -> dict[str, Any]:
+        """The opponent's legal answers to ``text`` in SAN (checks first); nothing is played."""
+        if self.status != "playing":
+            raise PuzzleOverError(f"the puzzle is over ({self.status}): no more moves")
+        board = self.board.copy()
+        move = parse_move(board, text)
+        probed = {"san": legal_san(board, move), "uci": move.uci()}
+        board.push(move)
+        return {**self._state(), "probed_move": probed, "replies": legal_sans(board)}
+
     async def _mate_within(self, board, moves: int) -> bool:
         """Stockfish's judgement: does the player still force mate within ``moves``?"""
         info = await self.engine.analyse(board, self._limit(), game=self._game)
@@ -343,7 +360,7 @@ CHESS = EnvSpec(
     name="chess",
     factory=ChessPuzzleEnv,
     description="A mate-in-N chess puzzle per trajectory, Stockfish as the opponent "
-    "(chess_move / chess_board / chess_legal_moves)",
+    "(chess_move / chess_replies / chess_board / chess_legal_moves)",
     pool_max=16,
     warm_size=0,
     start_timeout=30.0,
@@ -400,6 +417,33 @@ async def chess_move(env: ChessPuzzleEnv, move: str) -> ToolResult:
         message = str(exc)
         return ToolResult.error(message[:1].upper() + message[1:], ToolErrorKind.INVALID_ARGUMENTS)
     return render_move(result)
+
+
+def render_replies(result: Mapping[str, Any]) -> str:
+    """A look-ahead's answer: the opponent's legal replies to the probed move, or that it has
+    none. It says neither mate nor stalemate: the ``+`` on the move tells them apart."""
+    probed, replies = result["probed_move"], result["replies"]
+    side = side_name(result["turn"] != "white")
+    head = f"After {probed['san']} ({probed['uci']}), {side}"
+    if not replies:
+        return f"{head} has no legal reply. Nothing was played."
+    count = f"{len(replies)} legal repl{'y' if len(replies) == 1 else 'ies'}"
+    return f"{head} has {count}: {' '.join(replies)}. Nothing was played."
+
+
+@tool(env="chess")
+async def chess_replies(env: ChessPuzzleEnv, move: str) -> ToolResult:
+    """Look one move ahead: list the opponent's legal replies to a move without playing it.
+
+    Args:
+        move: The move to look at, in SAN (Qxf7, Nf3) or UCI (d1h5).
+    """
+    try:
+        result = await env.step({"op": "replies", "move": move})
+    except (IllegalMoveError, PuzzleOverError) as exc:
+        message = str(exc)
+        return ToolResult.error(message[:1].upper() + message[1:], ToolErrorKind.INVALID_ARGUMENTS)
+    return ToolResult(render_replies(result))
 
 
 @tool(env="chess")
