@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from agentfly_cli.config import load_config
 from agentfly_cli.errors import UserError
 from tests.conftest import load_script
 from tests.recipe_checks import (
@@ -35,6 +36,7 @@ from envs_builtin.chess_env import (  # noqa: E402
     chess_board,
     chess_legal_moves,
     chess_move,
+    chess_replies,
     find_stockfish,
     parse_move,
 )
@@ -213,6 +215,69 @@ def test_env_solves_a_mate_in_two_across_steps():
         await env.close()  # twice is fine
         assert not await env.healthy()
 
+    run(main())
+
+
+def _checks(row) -> tuple[list[str], list[str]]:
+    """The row's checks as the move list writes them: the mates and the others."""
+    board = chess.Board(row["fen"])
+    mates, others = [], []
+    for move in board.legal_moves:
+        if board.gives_check(move):
+            (mates if _mates(board, move) else others).append(chess_env.legal_san(board, move))
+    return mates, others
+
+
+@needs_stockfish
+def test_replies_look_one_move_ahead_without_playing():
+    async def main():
+        env = await started(list_moves=True)
+        before = await env.reset(M1)
+        (mate, *_), others = _checks(M1)
+        assert others, "the test needs a mate in 1 with a check that does not mate"
+        answer = await chess_replies(env=env, move=mate)
+        assert answer.ok and not answer.terminal
+        assert answer.observation.endswith("has no legal reply. Nothing was played.")
+        assert answer.observation.startswith(f"After {mate} (")  # a mate is marked + as listed
+        board = chess.Board(M1["fen"])
+        board.push(board.parse_san(others[0]))
+        expected = chess_env.legal_sans(board)
+        answer = await chess_replies(env=env, move=others[0])
+        replies = f"repl{'y' if len(expected) == 1 else 'ies'}: {' '.join(expected)}."
+        assert f"has {len(expected)} legal {replies}" in answer.observation
+        assert f", {chess_env.side_name(board.turn)} has " in answer.observation  # the opponent
+        assert (await env.step({"op": "state"})) == before  # nothing was played
+        for move in ("Kh9", ""):
+            bad = await chess_replies(env=env, move=move)
+            assert bad.status == "error" and bad.error_kind == "invalid_arguments"
+        assert (await chess_move(env=env, move=mate)).terminal
+        over = await chess_replies(env=env, move="a2a3")
+        assert over.status == "error" and "puzzle is over (solved)" in over.observation
+        await env.close()
+
+    run(main())
+
+
+@needs_stockfish
+def test_the_recipe_example_shows_what_the_tools_answer():
+    """The worked example's observations are the tools' real answers on its position."""
+    examples = load_config("chess_puzzles").chat.examples
+    question, turns = examples[0]["content"], examples[1:]
+    fen = question.split("FEN: ")[1].splitlines()[0]
+    assert question == chess_env.puzzle_question(chess.Board(fen), 1)
+    tools = {"MOVE": chess_move, "REPLIES": chess_replies}
+
+    async def main():
+        env = await started(list_moves=True)
+        await env.reset({"fen": fen, "mate_in": 1})
+        for said, answer in zip(turns[::2], turns[1::2], strict=True):
+            command, move = said["content"].split(": ")
+            result = await tools[command](env=env, move=move)
+            assert result.ok and result.observation == answer["content"], said
+        assert result.terminal and "Checkmate!" in result.observation
+        await env.close()
+
+    assert [t["content"].split(":")[0] for t in turns[::2]] == ["REPLIES", "REPLIES", "MOVE"]
     run(main())
 
 
@@ -474,6 +539,24 @@ def test_scripted_policy_gets_max_and_min_reward(tiny_model, tmp_path):
 
 
 @needs_stockfish
+def test_looking_ahead_is_not_playing(tiny_model, tmp_path):
+    """REPLIES lines cost turns but play nothing: only the MOVE that follows them scores."""
+    (mate, *_), (other, *_) = _checks(M1)
+    script = [
+        {"responses": [f"REPLIES: {other}", f"REPLIES: {mate}", f"MOVE: {mate}"]},
+        {"responses": [f"REPLIES: {mate}"] * 6},  # finds the mate, never plays it
+    ]
+    looked, idle = scripted_rollout(
+        "chess_puzzles", tiny_model, tmp_path, script, [M1, M1], "--n", "1", *SMALL_RUN
+    )
+    assert [c.name for c in looked.tool_calls] == ["chess_replies"] * 2 + ["chess_move"]
+    assert "has no legal reply" in looked.tool_calls[1].observation
+    assert looked.reward == 1.0 and looked.reward_extras["moves"] == 1
+    assert idle.reward == 0.0 and idle.reward_extras["moves"] == 0
+    assert idle.finish_reason == "max_turns" and len(idle.tool_calls) == 6
+
+
+@needs_stockfish
 def test_env_runs_in_child_processes(tiny_model, tmp_path):
     script = [{"responses": [f"MOVE: {M1['solution'][0]}"]}]
     trajectories = scripted_rollout(
@@ -506,12 +589,13 @@ def test_the_default_warm_start_plays_the_solvers_moves_as_listed(tiny_model, tm
 
 
 @needs_stockfish
-def test_all_three_tools_through_json_tool_calls(tiny_model, tmp_path):
+def test_all_four_tools_through_json_tool_calls(tiny_model, tmp_path):
     script = [
         {
             "responses": [
                 json_call("chess_board"),
                 json_call("chess_legal_moves"),
+                json_call("chess_replies", move=M1["solution_san"][0]),
                 json_call("chess_move", move=M1["solution_san"][0]),
             ]
         }
@@ -521,7 +605,7 @@ def test_all_three_tools_through_json_tool_calls(tiny_model, tmp_path):
         "--parser", "hermes", "--n", "1", *SMALL_RUN, "--set", "rollout.stop=[]",
     )  # fmt: skip
     assert [c.name for c in trajectory.tool_calls] == [
-        "chess_board", "chess_legal_moves", "chess_move",
+        "chess_board", "chess_legal_moves", "chess_replies", "chess_move",
     ]  # fmt: skip
     assert all(c.status == "ok" for c in trajectory.tool_calls)
     assert M1["fen"] in trajectory.tool_calls[0].observation
