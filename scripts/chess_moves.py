@@ -9,7 +9,9 @@ Two reports, each optional:
   winning first move is a check and how often a uniform check wins.
 - trajectory files (``agentfly eval --out``, or a run's ``trajectories/*.jsonl``): per level
   (``mate_in``), the chains, their mean reward, how many played a listed check first, and for
-  mates in 2 how many first moves were winning ones and how many of those went on to mate.
+  mates in 2 how many first moves were winning ones and how many of those went on to mate; and
+  the look-ahead (``REPLIES``): how many chains looked (and how often), how many of them found
+  a move with no legal reply, and how many played such a move first.
 - ``--derive OUT``: the positions those mates in 2 reached after a winning first move and the
   opponent's reply, written as mate-in-1 puzzles (one row per distinct position) for
   ``agentfly eval chess_puzzles --data OUT --set data.holdout=0``: is the second move harder
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 from collections import defaultdict
@@ -31,10 +34,13 @@ from typing import Any
 from agentfly_cli.errors import UserError
 from agentfly_cli.rollout.trajectory import Trajectory, read_trajectories
 from envs_builtin.chess_env import IllegalMoveError, import_chess, parse_move, puzzle_question
+from rewards_builtin.calls import call_records
 from rewards_builtin.chess_puzzles import played_moves, replay
 
 PUZZLES = Path(__file__).resolve().parents[1] / "agentfly_cli/recipes/data/chess_puzzles.jsonl"
 PIECE_ORDER = {"Q": 4, "R": 3, "B": 2, "N": 1}
+LOOK_TOOL = "chess_replies"
+NO_REPLY = re.compile(r"^After \S+ \(([a-h][1-8][a-h][1-8][qrbn]?)\), \w+ has no legal reply")
 
 
 def listed_moves(question: str) -> list[str]:
@@ -98,14 +104,38 @@ def first_move(task: dict[str, Any], moves: list[tuple[str, str | None]]):
         return None
 
 
+def looks(row: Trajectory) -> tuple[int, list[str]]:
+    """How many successful looks (``REPLIES``) a chain made, and the moves (UCI) they found
+    with no legal reply, in order."""
+    count, found = 0, []
+    for record in call_records(row):
+        if record.get("name") != LOOK_TOOL or record.get("status") != "ok":
+            continue
+        count += 1
+        empty = NO_REPLY.match(str(record.get("observation") or ""))
+        if empty:
+            found.append(empty.group(1))
+    return count, found
+
+
 def chain_moves(row: Trajectory) -> dict[str, Any]:
-    """A chain's first move (listed check or not, winning or not) and whether it mated."""
+    """A chain's first move (listed check or not, winning or not), whether it mated, and its
+    looks ahead: how many, how many found no reply, whether its first move was one so found."""
     task, moves = row.task, played_moves(row)
-    result = {"first_check": False, "first_winning": False, "solved": (row.reward or 0.0) >= 1.0}
+    count, found = looks(row)
+    result = {
+        "first_check": False,
+        "first_winning": False,
+        "solved": (row.reward or 0.0) >= 1.0,
+        "looks": count,
+        "found": len(found),
+        "first_move_found": False,
+    }
     opening = first_move(task, moves)
     if opening is None:
         return result
     board, first = opening
+    result["first_move_found"] = first.uci() in found
     result["first_check"] = board.gives_check(first)
     result["first_winning"] = first.uci() in task["winning_moves"]
     result["solved"] = replay(task["fen"], task["mate_in"], moves)["solved"]
@@ -165,6 +195,10 @@ def summarize(rows: list[Trajectory]) -> dict[str, Any]:
             "mean": _mean(rewards[level]),
             "first_move_check": sum(c["first_check"] for c in chains),
             "solved": sum(c["solved"] for c in chains),
+            "looked": sum(c["looks"] > 0 for c in chains),
+            "looks": sum(c["looks"] for c in chains),
+            "found_no_reply": sum(c["found"] > 0 for c in chains),
+            "first_move_found": sum(c["first_move_found"] for c in chains),
         }
         if level > 1:
             winning = [c for c in chains if c["first_winning"]]

@@ -59,6 +59,33 @@ def test_listed_move_rules_score_each_pick():
     assert two["uniform_check_first_move_wins"] == pytest.approx(2 / 5)
 
 
+def look(turn, san, uci, observation, status="ok") -> ToolCallRecord:
+    return ToolCallRecord(
+        turn=turn,
+        id=f"look{turn}",
+        name="chess_replies",
+        arguments={"move": san},
+        observation=f"After {san} ({uci}), Black has {observation}. Nothing was played.",
+        status=status,
+    )
+
+
+def test_chains_count_looks_ahead_and_whether_the_found_move_was_played():
+    script = load_script("scripts/chess_moves.py")
+    found = chain(MATE_IN_1, [("Ra8+", "You played Ra8# (a1a8). Checkmate!")], 1.0)
+    found.tool_calls[:0] = [
+        look(0, "Qxf7+", "b3f7", "1 legal reply: Kxf7"),
+        look(1, "Ra8+", "a1a8", "no legal reply"),
+    ]
+    ignored = chain(MATE_IN_1, [("Qxf7+", "You played Qxf7+ (b3f7). Puzzle failed.")], 0.0)
+    ignored.tool_calls[:0] = [look(0, "Qb8+", "b3b8", "no legal reply")]
+    failed_look = chain(MATE_IN_1, [], 0.0)
+    failed_look.tool_calls = [look(0, "Kh9", "h9h9", "no legal reply", status="error")]
+    summary = script.summarize([found, ignored, failed_look])["mate_in_1"]
+    assert summary["looked"] == 2 and summary["looks"] == 3  # an error is no look
+    assert summary["found_no_reply"] == 2 and summary["first_move_found"] == 1
+
+
 def test_chains_count_first_moves_and_mates_after_a_winning_start():
     script = load_script("scripts/chess_moves.py")
     reply = "You played Na7+ (b5a7). Opponent replied Kb8 (c8b8)."
@@ -72,12 +99,20 @@ def test_chains_count_first_moves_and_mates_after_a_winning_start():
     ]
     summary = script.summarize(rows)
     assert summary["chains"] == 6
-    assert summary["mate_in_1"] == {"chains": 2, "mean": 0.5, "first_move_check": 1, "solved": 1}
+    no_looks = {"looked": 0, "looks": 0, "found_no_reply": 0, "first_move_found": 0}
+    assert summary["mate_in_1"] == {
+        "chains": 2,
+        "mean": 0.5,
+        "first_move_check": 1,
+        "solved": 1,
+        **no_looks,
+    }
     assert summary["mate_in_2"] == {
         "chains": 4,
         "mean": 0.25,
         "first_move_check": 3,
         "solved": 1,
+        **no_looks,
         "first_move_winning": 2,
         "solved_after_winning_first_move": 1,
     }
