@@ -583,9 +583,13 @@ def test_the_default_warm_start_plays_the_solvers_moves_as_listed(tiny_model, tm
     assert {rows[c.task["id"]]["mate_in"] for c in chains} == {1, 2}
     for chain in chains:
         row = rows[chain.task["id"]]
-        played = [c.arguments["move"] for c in chain.tool_calls]
-        assert played == row["solution_listed"][::2]  # as the move list shows them
-        assert played[-1].endswith("+") and row["solution_san"][-1].endswith("#")
+        moves = row["solution_listed"][::2]  # as the move list shows them
+        calls = [(c.name, c.arguments["move"]) for c in chain.tool_calls]
+        # the mate is looked at (no legal reply) before it is played; earlier moves are not
+        expected = [("chess_move", m) for m in moves[:-1]]
+        assert calls == [*expected, ("chess_replies", moves[-1]), ("chess_move", moves[-1])]
+        assert "has no legal reply" in chain.tool_calls[-2].observation
+        assert moves[-1].endswith("+") and row["solution_san"][-1].endswith("#")
 
 
 @needs_stockfish

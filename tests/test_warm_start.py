@@ -28,6 +28,17 @@ def test_a_solution_is_played_from_templates_and_list_fields():
     assert solution_responses(row, steps) == [
         "SEARCH: A", "SEARCH: B", "MOVE: e4", "MOVE: Nf3", "ANSWER: C"
     ]  # fmt: skip
+    looked = SolutionStep(
+        each="line", every=2, say="MOVE: {item}", last=["LOOK: {item}", "MOVE: {item}"]
+    )
+    assert solution_responses(row, [looked]) == ["MOVE: e4", "LOOK: Nf3", "MOVE: Nf3"]
+    one = {"line": ["Qh5"]}  # the only item is the last
+    assert solution_responses(one, [looked]) == ["LOOK: Qh5", "MOVE: Qh5"]
+    both = SolutionStep(each="line", every=2, say=["LOOK: {item}", "MOVE: {item}"])
+    assert solution_responses(row, [both]) == ["LOOK: e4", "MOVE: e4", "LOOK: Nf3", "MOVE: Nf3"]
+    assert solution_responses({"line": []}, [looked]) == []
+    with pytest.raises(UserError, match="task x has no field 'square'"):
+        solution_responses(row, [SolutionStep(each="line", say="{item}", last="{square}")])
     with pytest.raises(UserError, match="task x has no field 'solution'"):
         solution_responses(row, ["PYTHON: {solution}"])
     with pytest.raises(UserError, match="task x has no list field 'walkthrough'"):

@@ -67,15 +67,22 @@ class EvalSettings(BaseModel):
 
 
 class SolutionStep(BaseModel):
-    """Turns played from a list field of the task row: one per item (every ``every``-th)."""
+    """Turns played from a list field of the task row: one or more per item (every
+    ``every``-th), the last item's from ``last`` when given."""
 
     model_config = ConfigDict(extra="forbid")
 
     each: str = Field(description="the row's list field, e.g. hops or walkthrough")
-    say: str = Field(
-        description="the turn for one item: {item} is the item, {name} a field of a dict item"
+    say: str | list[str] = Field(
+        description="the turn for one item, or several turns: {item} is the item, {name} a "
+        "field of a dict item"
     )
     every: int = Field(1, ge=1, description="take every N-th item (2: a chess solver's moves)")
+    last: str | list[str] | None = Field(
+        None,
+        description="the turn(s) for the last item taken instead of `say` (e.g. look at the "
+        "mating move, then play it); null: `say`",
+    )
 
 
 class WarmStartSettings(BaseModel):

@@ -61,9 +61,12 @@ def solution_responses(row: Mapping[str, Any], steps: Sequence[str | SolutionSte
                 "name the field that holds the solution's steps, or train without the warm "
                 "start (--no-warm-start)"
             )
-        for item in items[:: step.every]:
-            fields = dict(item) if isinstance(item, Mapping) else {}
-            turns.append(_fill(step.say, {"item": item, **fields}, where))
+        taken = items[:: step.every]
+        for index, item in enumerate(taken):
+            fields = {"item": item, **(dict(item) if isinstance(item, Mapping) else {})}
+            said = step.last if step.last is not None and index == len(taken) - 1 else step.say
+            for template in [said] if isinstance(said, str) else said:
+                turns.append(_fill(template, fields, where))
     return turns
 
 
