@@ -14,8 +14,10 @@ puzzles are for Black.
 
 Writes ``agentfly_cli/recipes/data/chess_puzzles.jsonl``: ``id``, ``fen``, ``side``,
 ``mate_in``, ``solution`` (UCI), ``solution_san``, ``solution_listed`` (SAN as the move lists
-show it: a mate is marked ``+``), ``winning_moves`` (UCI), ``legal_moves``
-(how many), ``question`` (the user message: board, FEN, whose move, the legal moves).
+show it: a mate is marked ``+``), ``opening_listed`` (the agent's moves before the mate, as
+listed), ``search_listed`` (the checks a look-ahead tries in the mating position, in list order,
+ending with the first that mates), ``winning_moves`` (UCI), ``legal_moves`` (how many), ``question`` (the
+user message: board, FEN, whose move, the legal moves).
 
 Needs python-chess and Stockfish (Debian: apt-get install stockfish). About 90 s on one core.
 Run: python scripts/make_chess_puzzles_data.py [--mate1 240] [--mate2 160]
@@ -36,6 +38,7 @@ import chess.engine
 from envs_builtin.chess_env import (
     ChessPuzzleEnv,
     find_stockfish,
+    legal_sans,
     puzzle_question,
     side_name,
 )
@@ -46,6 +49,7 @@ SEED = 2718
 FIRST_PLY = 12
 MAX_PLIES = 160
 STRONG_ENGINE_P, WEAK_ENGINE_P = 0.8, 0.3
+SEARCH_LOOKS = 3  # the warm start's looks at most: two checks that do not mate, then the mate
 
 
 def forces_mate(board: chess.Board, moves: int) -> bool:
@@ -142,8 +146,31 @@ async def solve(rows: list[dict]) -> None:
                 board.push_uci(move)
             row["solution"], row["solution_san"] = line, sans
             row["solution_listed"] = [as_listed(san) for san in sans]
+            row["opening_listed"] = row["solution_listed"][:-1:2]
+            row["search_listed"] = search_listed(row["fen"], line)
     finally:
         await env.close()
+
+
+def search_listed(fen: str, line: list[str]) -> list[str]:
+    """The looks (``REPLIES``) a methodical player makes in the mating position: the listed
+    checks in order up to the first that mates, at most ``SEARCH_LOOKS`` (a mate listed later
+    is looked at after the first checks). The last look is the mate to play, which may be
+    another mate than the line's."""
+    board = chess.Board(fen)
+    for move in line[:-1]:
+        board.push_uci(move)
+    checks = [san for san in legal_sans(board) if san.endswith("+")]
+    first = next(i for i, san in enumerate(checks) if _mates(board, board.parse_san(san)))
+    return [*checks[:first][: SEARCH_LOOKS - 1], checks[first]]
+
+
+def _mates(board: chess.Board, move: chess.Move) -> bool:
+    board.push(move)
+    try:
+        return board.is_checkmate()
+    finally:
+        board.pop()
 
 
 def as_listed(san: str) -> str:
@@ -176,7 +203,7 @@ def generate(mate1: int, mate2: int, seed: int = SEED) -> list[dict]:
     asyncio.run(solve(rows))
     order = [
         "id", "fen", "side", "mate_in", "solution", "solution_san", "solution_listed",
-        "winning_moves",
+        "opening_listed", "search_listed", "winning_moves",
     ]  # fmt: skip
     return [
         {key: row[key] for key in [*order, *(k for k in row if k not in order)]} for row in rows

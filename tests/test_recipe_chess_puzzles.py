@@ -114,6 +114,14 @@ def test_packaged_puzzles_are_checkmates_in_n():
             assert listed in chess_env.legal_sans(board)  # as the move list shows it
             board.push_uci(move)
         assert board.is_checkmate()
+        assert row["opening_listed"] == row["solution_listed"][:-1:2]
+        board.pop()  # the mating position: the looks are its listed checks in order
+        checks = [m for m in chess_env.legal_sans(board) if m.endswith("+")]
+        search = row["search_listed"]
+        assert 1 <= len(search) <= 3 and search[:-1] == checks[: len(search) - 1]
+        mates = [_mates(board, board.parse_san(m)) for m in search]
+        assert mates == [False] * (len(search) - 1) + [True], row["id"]  # the first mate listed
+        assert checks.index(search[-1]) <= checks.index(row["solution_listed"][-1])
         if row["mate_in"] == 1:  # every listed first move mates, and no other move does
             start = chess.Board(row["fen"])
             mating = [m.uci() for m in start.legal_moves if _mates(start, m)]
@@ -585,11 +593,14 @@ def test_the_default_warm_start_plays_the_solvers_moves_as_listed(tiny_model, tm
         row = rows[chain.task["id"]]
         moves = row["solution_listed"][::2]  # as the move list shows them
         calls = [(c.name, c.arguments["move"]) for c in chain.tool_calls]
-        # the mate is looked at (no legal reply) before it is played; earlier moves are not
-        expected = [("chess_move", m) for m in moves[:-1]]
-        assert calls == [*expected, ("chess_replies", moves[-1]), ("chess_move", moves[-1])]
-        assert "has no legal reply" in chain.tool_calls[-2].observation
+        # before the mate, the listed checks are looked at in order until one mates
+        looks = [("chess_replies", m) for m in row["search_listed"]]
+        opening = [("chess_move", m) for m in moves[:-1]]
+        assert calls == [*opening, *looks, ("chess_move", row["search_listed"][-1])]
+        seen = [c.observation for c in chain.tool_calls if c.name == "chess_replies"]
+        assert ["has no legal reply" in text for text in seen] == [False] * (len(seen) - 1) + [True]
         assert moves[-1].endswith("+") and row["solution_san"][-1].endswith("#")
+        assert chain.reward == 1.0
 
 
 @needs_stockfish
