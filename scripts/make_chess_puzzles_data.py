@@ -15,9 +15,9 @@ puzzles are for Black.
 Writes ``agentfly_cli/recipes/data/chess_puzzles.jsonl``: ``id``, ``fen``, ``side``,
 ``mate_in``, ``solution`` (UCI), ``solution_san``, ``solution_listed`` (SAN as the move lists
 show it: a mate is marked ``+``), ``opening_listed`` (the agent's moves before the mate, as
-listed), ``search_listed`` (the checks a look-ahead tries in the mating position, in list order,
-ending with the first that mates), ``winning_moves`` (UCI), ``legal_moves`` (how many), ``question`` (the
-user message: board, FEN, whose move, the legal moves).
+listed), ``search_listed`` (the checks a look-ahead tries in the mating position, in list
+order, ending with the first that mates), ``winning_moves`` (UCI), ``legal_moves`` (how many),
+``question`` (the user message: board, FEN, whose move, the legal moves).
 
 Needs python-chess and Stockfish (Debian: apt-get install stockfish). About 90 s on one core.
 Run: python scripts/make_chess_puzzles_data.py [--mate1 240] [--mate2 160]
