@@ -414,9 +414,14 @@ async def chess_move(env: ChessPuzzleEnv, move: str) -> ToolResult:
     try:
         result = await env.step({"op": "move", "move": move})
     except (IllegalMoveError, PuzzleOverError) as exc:
-        message = str(exc)
-        return ToolResult.error(message[:1].upper() + message[1:], ToolErrorKind.INVALID_ARGUMENTS)
+        return move_error(exc)
     return render_move(result)
+
+
+def move_error(exc: Exception) -> ToolResult:
+    """An illegal move, or one after the end, as the model's tool error (nothing is played)."""
+    message = str(exc)
+    return ToolResult.error(message[:1].upper() + message[1:], ToolErrorKind.INVALID_ARGUMENTS)
 
 
 def render_replies(result: Mapping[str, Any]) -> str:
@@ -441,8 +446,7 @@ async def chess_replies(env: ChessPuzzleEnv, move: str) -> ToolResult:
     try:
         result = await env.step({"op": "replies", "move": move})
     except (IllegalMoveError, PuzzleOverError) as exc:
-        message = str(exc)
-        return ToolResult.error(message[:1].upper() + message[1:], ToolErrorKind.INVALID_ARGUMENTS)
+        return move_error(exc)
     return ToolResult(render_replies(result))
 
 
