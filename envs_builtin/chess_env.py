@@ -128,7 +128,11 @@ def legal_sans(board) -> list[str]:
 
 def legal_san(board, move) -> str:
     """``move`` in SAN as the move lists write it: a mate marked ``+`` like any check."""
-    san = board.san(move)
+    return as_listed(board.san(move))
+
+
+def as_listed(san: str) -> str:
+    """A SAN move as the env's move lists show it: checks and mates both end in ``+``."""
     return san.rstrip("+#") + "+" if san.endswith(("+", "#")) else san
 
 

@@ -33,7 +33,13 @@ from typing import Any
 
 from agentfly_cli.errors import UserError
 from agentfly_cli.rollout.trajectory import Trajectory, read_trajectories
-from envs_builtin.chess_env import IllegalMoveError, import_chess, parse_move, puzzle_question
+from envs_builtin.chess_env import (
+    IllegalMoveError,
+    import_chess,
+    legal_san,
+    parse_move,
+    puzzle_question,
+)
 from rewards_builtin.calls import call_records
 from rewards_builtin.chess_puzzles import played_moves, replay
 
@@ -55,7 +61,7 @@ def winning_san(row: dict[str, Any]) -> set[str]:
     """The row's winning first moves, written as the move list writes them (a mate as ``+``)."""
     board = import_chess().Board(row["fen"])
     moves = (parse_move(board, uci) for uci in row["winning_moves"])
-    return {board.san(move).replace("#", "+") for move in moves}
+    return {legal_san(board, move) for move in moves}
 
 
 def piece_order(move: str) -> tuple[int, bool]:

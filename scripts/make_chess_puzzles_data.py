@@ -37,6 +37,7 @@ import chess.engine
 
 from envs_builtin.chess_env import (
     ChessPuzzleEnv,
+    as_listed,
     find_stockfish,
     legal_sans,
     puzzle_question,
@@ -161,21 +162,8 @@ def search_listed(fen: str, line: list[str]) -> list[str]:
     for move in line[:-1]:
         board.push_uci(move)
     checks = [san for san in legal_sans(board) if san.endswith("+")]
-    first = next(i for i, san in enumerate(checks) if _mates(board, board.parse_san(san)))
+    first = next(i for i, san in enumerate(checks) if _mates_after(board, board.parse_san(san), 1))
     return [*checks[:first][: SEARCH_LOOKS - 1], checks[first]]
-
-
-def _mates(board: chess.Board, move: chess.Move) -> bool:
-    board.push(move)
-    try:
-        return board.is_checkmate()
-    finally:
-        board.pop()
-
-
-def as_listed(san: str) -> str:
-    """A move as the env's move lists show it: checks and mates both end in ``+``."""
-    return san.rstrip("+#") + "+" if san.endswith(("+", "#")) else san
 
 
 def generate(mate1: int, mate2: int, seed: int = SEED) -> list[dict]:
