@@ -351,7 +351,8 @@ def markdown(table: dict[str, Any]) -> str:
         "Held-out mean reward ± its standard error over tasks (pass@k: a chain passes at reward "
         f"1), {EVAL_N} chains per task. RL's start is the model RL begins from (the warm-started "
         "one where the recipe warm-starts). RL steps: rollouts, updates and weight syncs; the "
-        "held-out evals (before RL and every 10 steps) are timed apart.",
+        "held-out evals (before RL, every `trainer.eval.every` steps as its train command "
+        "sets, and after the last step) are timed apart.",
         "",
         "Commands (from the clone's root, after `make install` and `source .venv/bin/activate`):",
         "",
