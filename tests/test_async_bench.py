@@ -34,14 +34,26 @@ def test_the_slow_tool_waits_its_latency_and_answers_like_the_calculator(bench):
 def test_a_sync_run_reports_the_speedup_a_perfect_overlap_would_give(bench, tmp_path):
     steps = [  # rollout 10 s + update 30 s, then rollout 30 s + update 10 s
         {"reward/mean": 0.5, "time/step_s": 40.0, "time/rollout_s": 10.0, "time/train_s": 29.0,
-         "time/sync_s": 1.0},
+         "time/sync_s": 1.0, "time/cpu_s": 50.0},
         {"reward/mean": 0.7, "time/step_s": 40.0, "time/rollout_s": 30.0, "time/train_s": 9.5,
-         "time/sync_s": 0.5},
+         "time/sync_s": 0.5, "time/cpu_s": 50.0},
     ]  # fmt: skip
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(s) + "\n" for s in steps))
-    result = bench.summarize(tmp_path, wall_s=90.0)
+    result = bench.summarize(tmp_path, wall_s=90.0, cores=2)
     # overlapped, each step lasts as long as its longer phase: 80 s of steps become 60 s
     assert result["overlap_ceiling"] == pytest.approx(80 / 60, abs=1e-3)
+    # and its 100 CPU seconds need at least 50 s on 2 cores: no overlap beats 80 / 50 = 1.6x
+    assert result["cpu_cores_busy"] == pytest.approx(1.25)
+    assert result["cpu_ceiling"] == pytest.approx(1.6)
+    assert result["ceiling"] == result["overlap_ceiling"]  # the smaller bound
+    # on 3 cores of which the steps kept 1.25 busy the CPU bound is 2.4x; with 62.5 CPU
+    # seconds a step (1.56 cores busy) on 2 cores it is 1.28x, and binds
+    assert bench.summarize(tmp_path, wall_s=90.0, cores=3)["cpu_ceiling"] == pytest.approx(2.4)
+    for step in steps:
+        step["time/cpu_s"] = 62.5
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(s) + "\n" for s in steps))
+    tight = bench.summarize(tmp_path, wall_s=90.0, cores=2)
+    assert tight["ceiling"] == tight["cpu_ceiling"] == pytest.approx(1.28)
     assert result["steps_per_hour"] == pytest.approx(90.0)
     assert result["trainer_idle_fraction"] == pytest.approx(0.5)
 
@@ -70,12 +82,15 @@ def test_one_run_compares_sync_and_async_on_the_tiny_model(bench, tmp_path, tiny
         assert result["steps"] == 2 and len(result["reward"]) == 2
         assert result["steps_per_hour"] > 0 and 0 <= result["trainer_idle_fraction"] <= 1
         assert 0 <= result["producer_idle_fraction"] <= 1
+        assert 0 < result["cpu_cores_busy"] <= report["cores"]  # time/cpu_s is logged
     assert runs["sync"]["speedup_vs_sync"] == 1.0
     assert runs["async1"]["speedup_vs_sync"] == pytest.approx(
         runs["async1"]["steps_per_hour"] / runs["sync"]["steps_per_hour"], rel=1e-2
     )
     assert "staleness_mean" in runs["async1"] and "staleness_mean" not in runs["sync"]
     assert runs["sync"]["overlap_ceiling"] >= 1.0 and "overlap_ceiling" not in runs["async1"]
+    sync = runs["sync"]
+    assert sync["ceiling"] == min(sync["overlap_ceiling"], sync["cpu_ceiling"])
     assert runs["async1"]["dropped_groups"] == 0
     assert (tmp_path / "bench-latency.png").stat().st_size > 1000
 

@@ -135,12 +135,14 @@ def test_groups_with_spread_counts_the_groups_a_group_advantage_learns_from():
 
 # -- StepTimer ---------------------------------------------------------------------------
 def test_step_timer_split_and_throughput():
-    now = [100.0]
-    timer = StepTimer(clock=lambda: now[0])
+    now, cpu = [100.0], [7.0]
+    timer = StepTimer(clock=lambda: now[0], cpu_clock=lambda: cpu[0])
     with timer.section("rollout"):
         now[0] += 3.0
+        cpu[0] += 1.5  # the rollout waited on its tools half the time (one core)
     with timer.section("train"):
         now[0] += 1.5
+        cpu[0] += 3.0  # the update kept two cores busy
     with pytest.raises(RuntimeError), timer.section("train"):  # counted even when it raises
         now[0] += 0.5
         raise RuntimeError
@@ -150,6 +152,8 @@ def test_step_timer_split_and_throughput():
     assert m["time/train_s"] == 2.0
     assert m["time/sync_s"] == 0.0
     assert m["time/step_s"] == 6.0
+    assert m["time/cpu_s"] == 4.5
+    assert m["cpu/cores_busy"] == 0.75
     assert m["throughput/tokens_per_s"] == 200.0
     timer.reset()
     assert timer.metrics(tokens=5) == {
@@ -157,8 +161,40 @@ def test_step_timer_split_and_throughput():
         "time/train_s": 0.0,
         "time/sync_s": 0.0,
         "time/step_s": 0.0,
+        "time/cpu_s": 0.0,
+        "cpu/cores_busy": 0.0,
         "throughput/tokens_per_s": 0.0,
     }
+
+
+def test_step_timer_counts_the_cpu_of_every_thread_of_the_process():
+    """Two threads hashing for 0.5 s of wall (hashlib lets go of the GIL): about two cores'
+    worth of CPU in the step, as when the async trainer's update and its producer's rollouts
+    run in threads of one process."""
+    import hashlib
+    import os
+    import threading
+    import time
+
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two cores")
+    timer = StepTimer()
+    block = bytes(1 << 20)
+
+    def hash_for_half_a_second():
+        end = time.perf_counter() + 0.5
+        while time.perf_counter() < end:
+            hashlib.sha256(block).digest()
+
+    workers = [threading.Thread(target=hash_for_half_a_second) for _ in range(2)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    m = timer.metrics()
+    assert m["time/step_s"] >= 0.5
+    assert m["cpu/cores_busy"] > 1.3  # one thread alone would be at most 1.0
+    assert m["time/cpu_s"] == pytest.approx(m["cpu/cores_busy"] * m["time/step_s"])
 
 
 # -- Telemetry ---------------------------------------------------------------------------

@@ -110,15 +110,25 @@ class StepTimer:
 
     The step clock starts at construction and at :meth:`reset`. A section entered twice adds
     up. ``rollout``, ``train`` and ``sync`` are always reported (0 when not measured).
+    ``time/cpu_s`` is the CPU time the whole process used during the step (every thread: the
+    update, the rollouts' forward passes, an async producer's batches) and ``cpu/cores_busy``
+    that over the step's wall time: near the machine's core count, a step is CPU-bound and
+    overlapping its phases cannot make it shorter.
     """
 
-    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(
+        self,
+        clock: Callable[[], float] = time.perf_counter,
+        cpu_clock: Callable[[], float] = time.process_time,
+    ) -> None:
         self._clock = clock
+        self._cpu_clock = cpu_clock
         self.reset()
 
     def reset(self) -> None:
         """Start a new step: the step clock restarts and every section is back to 0."""
         self._start = self._clock()
+        self._cpu_start = self._cpu_clock()
         self.sections: dict[str, float] = {}
 
     @contextmanager
@@ -135,7 +145,8 @@ class StepTimer:
         return self._clock() - self._start
 
     def metrics(self, tokens: int | float = 0) -> dict[str, float]:
-        """``time/<section>_s``, ``time/step_s`` and ``throughput/tokens_per_s``.
+        """``time/<section>_s``, ``time/step_s``, ``time/cpu_s``, ``cpu/cores_busy`` and
+        ``throughput/tokens_per_s``.
 
         ``tokens`` is what the step processed: the total tokens of its trajectories (see
         :func:`total_tokens`).
@@ -144,6 +155,9 @@ class StepTimer:
         out = {f"time/{name}_s": 0.0 for name in STANDARD_SECTIONS}
         out.update({f"time/{name}_s": seconds for name, seconds in self.sections.items()})
         out["time/step_s"] = step
+        cpu = self._cpu_clock() - self._cpu_start
+        out["time/cpu_s"] = cpu
+        out["cpu/cores_busy"] = cpu / step if step > 0 else 0.0
         out["throughput/tokens_per_s"] = tokens / step if step > 0 else 0.0
         return out
 
