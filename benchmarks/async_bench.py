@@ -259,13 +259,14 @@ def main(argv: list[str] | None = None) -> int:
             for result in results.values():
                 result["speedup_vs_sync"] = round(result["steps_per_hour"] / base, 3)
         report["cases"][case] = results
-        if args.out:
-            plot(case, results, args.out.with_name(f"{args.out.stem}-{case}.png"))
-    text = json.dumps(report, indent=1)
-    print(text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
+        if args.out:  # after each case: a run stopped later keeps the cases it finished
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(report, indent=1) + "\n")
+            try:
+                plot(case, results, args.out.with_name(f"{args.out.stem}-{case}.png"))
+            except ImportError as exc:  # a bare GPU machine may lack matplotlib
+                print(f"note: no plot of {case} ({exc}); the JSON has the curves", file=sys.stderr)
+    print(json.dumps(report, indent=1))
     return 0
 
 

@@ -98,3 +98,35 @@ def test_one_run_compares_sync_and_async_on_the_tiny_model(bench, tmp_path, tiny
 def test_an_unknown_case_or_mode_is_refused_with_exit_2(bench, capsys):
     assert bench.main(["--cases", "latencyy", "--modes", "async3"]) == 2
     assert "unknown case or mode latencyy, async3; cases: latency" in capsys.readouterr().err
+
+
+def test_without_matplotlib_the_json_is_still_written_case_by_case(
+    bench, tmp_path, monkeypatch, capsys
+):
+    """A bare GPU machine may lack matplotlib: the bench notes the missing plot and keeps its
+    JSON, written after each case (a run stopped by a time limit keeps the cases it ended)."""
+    import subprocess
+    import types
+
+    def fake_run(command, **_):  # the child: metrics of two steps in its run folder
+        run_dir = tmp_path / "runs" / command[-3] / command[-2]
+        run_dir.mkdir(parents=True)
+        step = {"reward/mean": 0.5, "time/step_s": 10.0, "time/rollout_s": 4.0,
+                "time/train_s": 6.0, "time/sync_s": 0.0, "time/cpu_s": 15.0}  # fmt: skip
+        (run_dir / "metrics.jsonl").write_text(json.dumps(step) + "\n" + json.dumps(step) + "\n")
+        return types.SimpleNamespace(returncode=0, stderr="")
+
+    def no_matplotlib(*_):
+        raise ImportError("No module named 'matplotlib'")
+
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    monkeypatch.setattr(bench, "plot", no_matplotlib)
+    out = tmp_path / "bench.json"
+    code = bench.main(["--modes", "sync", "--out", str(out), "--runs", str(tmp_path / "runs")])
+    assert code == 0
+    report = json.loads(out.read_text())
+    assert set(report["cases"]) == {"latency", "calculator"}
+    assert report["cases"]["calculator"]["sync"]["cpu_cores_busy"] == 1.5
+    err = capsys.readouterr().err
+    assert "note: no plot of latency (No module named 'matplotlib')" in err
+    assert not list(tmp_path.glob("*.png"))
