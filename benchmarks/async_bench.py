@@ -20,7 +20,8 @@ reports ``cpu_cores_busy``, the cores its steps kept busy on average. Each mode 
 process, one after another.
 
 Run: .venv/bin/python benchmarks/async_bench.py [--model smollm2] [--steps 8]
-     [--cases latency,calculator] [--modes sync,async1,async2] [--out FILE] [--runs DIR]
+     [--cases latency,calculator] [--modes sync,async1,async2] [--latency 0.5,3]
+     [--out FILE] [--runs DIR]
 """
 
 from __future__ import annotations
@@ -48,16 +49,17 @@ MODES = {"sync": [], "async1": ["trainer.max_staleness=1"], "async2": ["trainer.
 LATENCY_S = (0.5, 3.0)
 
 
-def latency_for(expression: str) -> float:
-    """0.5-3 s, uniform, the same for the same expression in every run."""
+def latency_for(expression: str, latency: tuple[float, float] = LATENCY_S) -> float:
+    """Uniform in ``latency`` (0.5-3 s), the same for the same expression in every run."""
     digest = hashlib.sha256(expression.encode("utf-8", "surrogatepass")).digest()
     share = int.from_bytes(digest[:8], "big") / 2**64
-    low, high = LATENCY_S
+    low, high = latency
     return low + (high - low) * share
 
 
-def slow_calculator_tool():
-    """The built-in calculator behind a 0.5-3 s wait (an async tool: the event loop goes on)."""
+def slow_calculator_tool(latency: tuple[float, float] = LATENCY_S):
+    """The built-in calculator behind a wait of ``latency`` seconds (an async tool: the event
+    loop goes on)."""
     from agentfly_cli.tools import tool
     from tools_builtin.safe_eval import evaluate, format_number
 
@@ -68,14 +70,22 @@ def slow_calculator_tool():
         Args:
             expression: The expression to evaluate, for example "2**10 + 3*7".
         """
-        await asyncio.sleep(latency_for(expression))
+        await asyncio.sleep(latency_for(expression, latency))
         return format_number(evaluate(expression))
 
     return calculator
 
 
 # ---- one run (a child process) ------------------------------------------------------------------
-def run_one(case: str, mode: str, model: str, steps: int, run_dir: Path, sets: list[str]) -> None:
+def run_one(
+    case: str,
+    mode: str,
+    model: str,
+    steps: int,
+    run_dir: Path,
+    sets: list[str],
+    latency: tuple[float, float] = LATENCY_S,
+) -> None:
     from agentfly_cli import load_config, run_training
 
     mode_sets = [] if mode == "sync" else ["trainer.mode=async", *MODES[mode]]
@@ -91,7 +101,7 @@ def run_one(case: str, mode: str, model: str, steps: int, run_dir: Path, sets: l
         ],
         model=model,
     )
-    tools = [slow_calculator_tool(), "answer"] if case == "latency" else None
+    tools = [slow_calculator_tool(latency), "answer"] if case == "latency" else None
     run_training(config, tools=tools, out=run_dir)
 
 
@@ -197,6 +207,19 @@ def plot(case: str, results: dict[str, dict], path: Path) -> None:
     plt.close(fig)
 
 
+def latency_range(text: str) -> tuple[float, float]:
+    """``LOW,HIGH`` seconds (0 <= LOW <= HIGH) for ``--latency``."""
+    try:
+        low, high = (float(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not LOW,HIGH in seconds; write for example 0.5,3"
+        ) from None
+    if not 0 <= low <= high < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: need 0 <= LOW <= HIGH; write e.g. 0.5,3")
+    return low, high
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2")
@@ -204,6 +227,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", default=",".join(CASES))
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument(
+        "--latency",
+        type=latency_range,
+        default=LATENCY_S,
+        metavar="LOW,HIGH",
+        help="the latency case's tool wait in seconds, uniform (default 0.5,3)",
+    )
     parser.add_argument("--out", type=Path, help="write the JSON here (and one PNG per case)")
     parser.add_argument("--runs", type=Path, help="keep the run folders here (default: a temp dir)")
     parser.add_argument(
@@ -212,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.one:
         case, mode, run_dir = args.one
-        run_one(case, mode, args.model, args.steps, Path(run_dir), args.sets)
+        run_one(case, mode, args.model, args.steps, Path(run_dir), args.sets, args.latency)
         return 0
 
     cases = [c for c in args.cases.split(",") if c]
@@ -229,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         "cores": usable_cores(),
         "model": args.model,
         "steps": args.steps,
-        "latency_s": list(LATENCY_S),
+        "latency_s": list(args.latency),
         "sets": args.sets,
         "cases": {},
     }
@@ -239,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
             run_dir = runs / case / mode
             shutil.rmtree(run_dir, ignore_errors=True)
             command = [sys.executable, __file__, "--model", args.model, "--steps", str(args.steps)]
+            command += ["--latency", ",".join(str(x) for x in args.latency)]
             for item in args.sets:
                 command += ["--set", item]
             command += ["--one", case, mode, str(run_dir)]

@@ -22,6 +22,8 @@ def test_the_slow_tool_waits_its_latency_and_answers_like_the_calculator(bench):
     assert all(0.5 <= x <= 3.0 for x in latencies)
     assert min(latencies) < 0.8 and max(latencies) > 2.7  # spread over the range
     assert bench.latency_for("2 + 2") == bench.latency_for("2 + 2")
+    slower = [bench.latency_for(f"{a} * {a}", (3.0, 8.0)) for a in range(200)]
+    assert all(3.0 <= x <= 8.0 for x in slower) and max(slower) > 7.5
 
     tool = bench.slow_calculator_tool()
     assert tool.name == "calculator"
@@ -100,6 +102,18 @@ def test_an_unknown_case_or_mode_is_refused_with_exit_2(bench, capsys):
     assert "unknown case or mode latencyy, async3; cases: latency" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "latency, message",
+    [("3", "'3' is not LOW,HIGH in seconds"), ("8,3", "'8,3': need 0 <= LOW <= HIGH"),
+     ("-1,2", "need 0 <= LOW <= HIGH"), ("a,b", "is not LOW,HIGH")],
+)  # fmt: skip
+def test_a_bad_latency_range_is_refused_with_exit_2(bench, capsys, latency, message):
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main([f"--latency={latency}"])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
 def test_without_matplotlib_the_json_is_still_written_case_by_case(
     bench, tmp_path, monkeypatch, capsys
 ):
@@ -109,6 +123,7 @@ def test_without_matplotlib_the_json_is_still_written_case_by_case(
     import types
 
     def fake_run(command, **_):  # the child: metrics of two steps in its run folder
+        assert command[command.index("--latency") + 1] == "2.0,6.0"  # the child's tool waits
         run_dir = tmp_path / "runs" / command[-3] / command[-2]
         run_dir.mkdir(parents=True)
         step = {"reward/mean": 0.5, "time/step_s": 10.0, "time/rollout_s": 4.0,
@@ -122,10 +137,12 @@ def test_without_matplotlib_the_json_is_still_written_case_by_case(
     monkeypatch.setattr(subprocess, "run", fake_run)
     monkeypatch.setattr(bench, "plot", no_matplotlib)
     out = tmp_path / "bench.json"
-    code = bench.main(["--modes", "sync", "--out", str(out), "--runs", str(tmp_path / "runs")])
+    runs = str(tmp_path / "runs")
+    code = bench.main(["--modes", "sync", "--latency", "2,6", "--out", str(out), "--runs", runs])
     assert code == 0
     report = json.loads(out.read_text())
     assert set(report["cases"]) == {"latency", "calculator"}
+    assert report["latency_s"] == [2.0, 6.0]
     assert report["cases"]["calculator"]["sync"]["cpu_cores_busy"] == 1.5
     err = capsys.readouterr().err
     assert "note: no plot of latency (No module named 'matplotlib')" in err
