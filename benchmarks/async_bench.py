@@ -2,9 +2,10 @@
 
 Two cases, each trained for ``--steps`` steps per mode from the same model and seed:
 
-- ``latency``: the calculator recipe with a ``calculator`` tool that waits 0.5-3 s before it
-  answers (uniform, drawn from a hash of the expression, so each mode meets the same latency for
-  the same call), as real environments and tool servers do; the tool-latency-bound case.
+- ``latency``: the calculator recipe with a ``calculator`` tool that waits 0.5-3 s
+  (``--latency``) before it answers (uniform, drawn from a hash of the expression, so each
+  mode meets the same latency for the same call), as real environments and tool servers do;
+  the tool-latency-bound case.
 - ``calculator``: the demo recipe as it is (``make demo``'s settings; no held-out eval).
 
 Per case and mode: wall time of the steps (the sum of ``time/step_s``: rollouts or the wait
