@@ -115,13 +115,11 @@ def overlap_ceiling(steps: list[dict[str, Any]]) -> float | None:
     return round(sum(s["time/step_s"] for s in steps) / longer, 3) if longer > 0 else None
 
 
-def cpu_ceiling(steps: list[dict[str, Any]], cores: int) -> float | None:
-    """The most a run's steps/h could grow before its CPU work (``time/cpu_s``: every thread
-    of the process) fills ``cores`` cores: its step time over its CPU time spread on them."""
-    cpu = sum(s.get("time/cpu_s", 0.0) for s in steps)
-    if cpu <= 0 or any("time/cpu_s" not in s for s in steps):
-        return None  # metrics from before time/cpu_s was logged
-    return round(sum(s["time/step_s"] for s in steps) / (cpu / cores), 3)
+def cpu_ceiling(step_s: float, cpu_s: float | None, cores: int) -> float | None:
+    """The most a run's steps/h could grow before its CPU work (``cpu_s``, the sum of
+    ``time/cpu_s``: every thread of the process) fills ``cores`` cores: its step time over its
+    CPU time spread on them. None for metrics from before ``time/cpu_s`` was logged."""
+    return round(step_s / (cpu_s / cores), 3) if cpu_s else None
 
 
 def usable_cores() -> int:
@@ -154,8 +152,10 @@ def summarize(run_dir: Path, wall_s: float, cores: int | None = None) -> dict[st
         "train_s_mean": round(statistics.mean(line["time/train_s"] for line in steps), 2),
         "sync_s_mean": round(statistics.mean(line["time/sync_s"] for line in steps), 3),
     }
-    if all("time/cpu_s" in line for line in steps) and step_s:
-        out["cpu_cores_busy"] = round(sum(line["time/cpu_s"] for line in steps) / step_s, 2)
+    logged_cpu = all("time/cpu_s" in line for line in steps)
+    cpu_s = sum(line["time/cpu_s"] for line in steps) if logged_cpu else None
+    if cpu_s is not None and step_s:
+        out["cpu_cores_busy"] = round(cpu_s / step_s, 2)
     if asynchronous:
         out["staleness_mean"] = round(
             statistics.mean(line.get("async/staleness_mean", 0.0) for line in steps), 3
@@ -163,7 +163,7 @@ def summarize(run_dir: Path, wall_s: float, cores: int | None = None) -> dict[st
         out["dropped_groups"] = int(sum(line["async/dropped_groups"] for line in steps))
     else:
         out["overlap_ceiling"] = overlap_ceiling(steps)
-        out["cpu_ceiling"] = cpu_ceiling(steps, cores or usable_cores())
+        out["cpu_ceiling"] = cpu_ceiling(step_s, cpu_s, cores or usable_cores())
         bounds = [b for b in (out["overlap_ceiling"], out["cpu_ceiling"]) if b is not None]
         out["ceiling"] = min(bounds) if bounds else None
     return out
