@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import typing
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,8 @@ from pydantic import (
 
 from agentfly_cli.errors import UserError
 from agentfly_cli.settings.run import RunSettings
+
+MCP_ENTRY = re.compile(r"\s*mcp(\[[^\]]*\])?:")  # an MCP server's command line, not a file
 
 
 def format_settings_error(
@@ -131,7 +134,8 @@ def load_config(
 
     A recipe name is looked up in ``host`` (a :class:`~agentfly_cli.plugins.PluginHost`;
     default: the installed plugins).
-    Relative paths in a YAML file (data, script, template) are relative to that file.
+    Relative paths in a YAML file (data, script, template, ``file.py:attr`` tools, rewards
+    and agents) are relative to that file; those of flags and ``--set`` to the current folder.
     """
     data: dict[str, Any] = {}
     source = "config"
@@ -173,11 +177,20 @@ def apply_overrides_value(data: dict[str, Any], dotted: str, value: Any) -> None
 
 
 def _anchor_paths(data: dict[str, Any], base: Path) -> None:
+    """Make a YAML file's relative paths relative to its folder ``base`` (one rule for every
+    path a recipe names: data files, the scripted backend's script, a ``.jinja`` template, and
+    the files of ``file.py:attr`` tools, rewards and agents). A missing file is then reported
+    with the path that was tried."""
+
     def anchor(value: Any) -> Any:
-        if isinstance(value, str) and value and not os.path.isabs(value):
-            candidate = base / value
-            if candidate.exists():
-                return str(candidate)
+        if isinstance(value, str) and value and not os.path.isabs(os.path.expanduser(value)):
+            return str(base / value)
+        return value
+
+    def anchor_spec(value: Any) -> Any:  # file.py:attr; names, module:attr and mcp: stay
+        if isinstance(value, str) and ".py:" in value and not MCP_ENTRY.match(value):
+            file, _, attribute = value.rpartition(":")
+            return f"{anchor(file)}:{attribute}"
         return value
 
     if isinstance(data.get("data"), dict) and "path" in data["data"]:
@@ -190,15 +203,28 @@ def _anchor_paths(data: dict[str, Any], base: Path) -> None:
     if isinstance(backend, dict) and "script" in backend:
         backend["script"] = anchor(backend["script"])
     agent = data.get("agent")  # file.py:fn, or {entry: file.py:fn, ...}
-    entry = agent.get("entry") if isinstance(agent, dict) else agent
-    if isinstance(entry, str) and ".py:" in entry:
-        file, _, function = entry.rpartition(":")
-        anchored = f"{anchor(file)}:{function}"
-        if isinstance(agent, dict):
-            agent["entry"] = anchored
-        else:
-            data["agent"] = anchored
+    if isinstance(agent, dict) and "entry" in agent:
+        agent["entry"] = anchor_spec(agent["entry"])
+    elif isinstance(agent, str):
+        data["agent"] = anchor_spec(agent)
+    _anchor_entries(data, "tools", anchor_spec)
+    _anchor_entries(data, "reward", anchor_spec)
     chat = data.get("chat")
     if isinstance(chat, dict) and isinstance(chat.get("template"), str):
         if chat["template"].endswith(".jinja"):
             chat["template"] = anchor(chat["template"])
+
+
+def _anchor_entries(data: dict[str, Any], key: str, anchor_spec: Any) -> None:
+    """``tools:`` / ``reward:`` as a string (comma-separated tools), a list of names, or a list
+    of ``{name: ...}`` entries: each ``file.py:attr`` made relative to the YAML's folder."""
+    value = data.get(key)
+    if isinstance(value, str):
+        parts = value.split(",") if key == "tools" else [value]
+        data[key] = ",".join(anchor_spec(part.strip()) for part in parts)
+    elif isinstance(value, list):
+        for i, entry in enumerate(value):
+            if isinstance(entry, dict) and "name" in entry:
+                entry["name"] = anchor_spec(entry["name"])
+            else:
+                value[i] = anchor_spec(entry)

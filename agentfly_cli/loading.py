@@ -25,7 +25,7 @@ def load_object(spec: str) -> Any:
     if target.endswith(".py"):
         path = Path(target).expanduser().resolve()
         if not path.is_file():
-            raise UserError(f"cannot load {spec!r}: no file {target}")
+            raise UserError(f"cannot load {spec!r}: no file {path}{_relative_hint(target)}")
         module_name = f"agentfly_user_{abs(hash(path))}"
         module = sys.modules.get(module_name)
         if module is None:
@@ -53,6 +53,14 @@ def load_object(spec: str) -> Any:
         except AttributeError:
             raise UserError(f"cannot load {spec!r}: {target} has no attribute {part!r}") from None
     return value
+
+
+def _relative_hint(target: str) -> str:
+    """How a relative file path was read: from the command line, against the current folder
+    (a recipe's paths arrive already made relative to the recipe's folder)."""
+    if Path(target).expanduser().is_absolute():
+        return ""
+    return f" (relative to the current folder, {os.getcwd()})"
 
 
 def _import_failure(exc: BaseException) -> str:
