@@ -1,4 +1,5 @@
-"""Check, before any model loads, that an output path (``--out``) can be written.
+"""Check, before any model loads, that an output path (``--out``) can be written; and say in
+one line why a write failed later (a full disk, most often).
 
 ``os.access`` is no test (root passes it everywhere, even on read-only mounts and ``/proc``),
 so the nearest existing folder is probed by creating and removing a temporary file in it.
@@ -7,7 +8,9 @@ Nothing is created at the path itself.
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -69,3 +72,66 @@ def _unwritable(flag: str, path: Path, exc: OSError, folder: Path | None = None)
     return UserError(
         f"{flag} {str(path)!r} cannot be written{where} ({reason}); pick a writable folder"
     )
+
+
+LOW_SPACE = 512 * 2**20  # a failed write with less free than this ran out of disk
+_FULL_TEXTS = ("no space left on device", "os error 28", "storagefull")
+
+
+def out_of_space(err: BaseException, folder: str | os.PathLike) -> bool:
+    """Whether a failed write is the disk running full: ENOSPC anywhere in the error's chain,
+    a library's text for it (safetensors: ``os error 28``), or a failure such as torch's zip
+    writer's ``unexpected pos`` with almost nothing left on the disk."""
+    seen: BaseException | None = err
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno == errno.ENOSPC:
+            return True
+        if any(text in str(seen).lower() for text in _FULL_TEXTS):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return free_bytes(folder) < LOW_SPACE
+
+
+def free_bytes(folder: str | os.PathLike) -> int:
+    """Free bytes on the disk of ``folder`` (or of its nearest existing parent)."""
+    folder = Path(folder).absolute()
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        return shutil.disk_usage(folder).free
+    except OSError:
+        return 2**62  # unknown: not reported as a full disk
+
+
+def write_failed(path: str | os.PathLike, err: BaseException, kept: str) -> UserError:
+    """One line for a write of ``path`` that failed (``kept``: what is intact), or re-raise
+    ``err`` when it is not a full disk or an OS refusal (a bug is not the user's to fix)."""
+    path = Path(path)
+    if out_of_space(err, path.parent):
+        free = free_bytes(path.parent) / 2**20
+        return UserError(
+            f"the disk ran out of space writing {path} ({free:.0f} MiB free after removing "
+            f"the partial write; {kept}): free space or pick another folder, then run again"
+        )
+    if isinstance(err, OSError):
+        reason = err.strerror or str(err)
+        return UserError(f"cannot write {path} ({reason}; {kept}); pick a writable folder")
+    raise err
+
+
+def missing_folders(path: str | os.PathLike) -> list[Path]:
+    """The folders that creating ``path`` (a folder) would create, deepest first."""
+    missing, folder = [], Path(path).absolute()
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    return missing
+
+
+def remove_empty(folders: list[Path]) -> None:
+    """Remove each folder of ``folders`` (deepest first) that is empty; never anything else."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            return  # not empty, or gone: its parents are not ours to judge

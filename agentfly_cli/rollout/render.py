@@ -12,7 +12,7 @@ from pathlib import Path
 
 from agentfly_cli.errors import UserError
 from agentfly_cli.json_files import BOM, decode_text, parse_json
-from agentfly_cli.rollout.trajectory import Trajectory
+from agentfly_cli.rollout.trajectory import Trajectory, record_from_json
 
 
 @dataclass
@@ -59,6 +59,10 @@ def read_trajectory_at(path: str | Path, index: int) -> tuple[Trajectory | None,
     are skipped. ``None`` when ``index`` is out of range.
     """
     path = Path(path)
+    if path.is_dir():
+        raise UserError(
+            f"{path} is a folder, not a trajectory file; pass the --out file of a rollout"
+        )
     if not path.is_file():
         raise UserError(
             f"trajectory file {str(path)!r} not found; pass the --out file of a rollout"
@@ -76,10 +80,7 @@ def read_trajectory_at(path: str | Path, index: int) -> tuple[Trajectory | None,
     number, raw = chosen
     where, fix = f"{path}:{number}", "pass a JSONL file written by `agentfly rollout --out`"
     data = parse_json(decode_text(raw, where, fix), where, fix)
-    try:
-        return Trajectory.from_dict(data), count
-    except (ValueError, TypeError, AttributeError) as exc:
-        raise UserError(f"{where} is not a trajectory record ({exc}); {fix}") from None
+    return record_from_json(data, where), count
 
 
 def load_tokenizer_for(trajectory: Trajectory, override: str | None = None):

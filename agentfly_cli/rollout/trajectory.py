@@ -7,7 +7,6 @@ surrogates in model output are escaped, so every record is valid UTF-8 and reads
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -160,13 +159,36 @@ class Trajectory:
 
 
 def write_trajectories(path: str | os.PathLike, trajectories: Iterable[Trajectory]) -> int:
-    """Write trajectories as JSONL; return how many."""
+    """Write trajectories as JSONL, all or nothing: into a temporary file beside ``path``,
+    renamed over it at the end. A failed write (a full disk) removes the temporary file, leaves
+    ``path`` as it was and is one :class:`UserError`. Returns how many were written."""
+    from agentfly_cli.output_paths import write_failed
+
+    path = Path(path)
+    temp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     count = 0
-    with open(path, "w", encoding="utf-8") as out:
-        for trajectory in trajectories:
-            out.write(json_line(trajectory.to_dict()) + "\n")
-            count += 1
+    try:
+        with open(temp, "wb", buffering=0) as out:
+            for trajectory in trajectories:
+                _write_all(out.fileno(), _line(trajectory))
+                count += 1
+        os.replace(temp, path)
+    except Exception as err:
+        temp.unlink(missing_ok=True)
+        kept = f"{path.name} is as it was" if path.exists() else f"{path.name} was not written"
+        raise write_failed(path, err, kept) from None
     return count
+
+
+def _line(trajectory: Trajectory) -> bytes:
+    return (json_line(trajectory.to_dict()) + "\n").encode("utf-8")
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Write every byte of ``data`` (``os.write`` may write fewer and raises on a full disk)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def check_output_path(path: str | os.PathLike) -> Path:
@@ -183,18 +205,40 @@ def check_output_path(path: str | os.PathLike) -> Path:
 
 
 class TrajectoryWriter:
-    """Append trajectories to a JSONL file as they finish (flushed per line)."""
+    """Append trajectories to a JSONL file as they finish, one whole line at a time.
 
-    def __init__(self, path: str | os.PathLike) -> None:
+    Each line goes to the disk before :meth:`write` returns. A write that fails (a full disk)
+    cuts the file back to its last complete line and is one :class:`UserError`: the file never
+    ends in half a record.
+    """
+
+    def __init__(self, path: str | os.PathLike, *, append: bool = False) -> None:
+        """``append``: add lines after the file's own (``agentfly serve --record``)."""
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(self.path, "w", encoding="utf-8")  # noqa: SIM115
+        self._file = open(self.path, "ab" if append else "wb", buffering=0)  # noqa: SIM115
+        self._complete = self._file.tell()  # bytes of complete lines
         self.count = 0
 
     def write(self, trajectory: Trajectory) -> None:
-        self._file.write(json_line(trajectory.to_dict()) + "\n")
-        self._file.flush()
+        try:
+            _write_all(self._file.fileno(), _line(trajectory))
+        except OSError as err:
+            self._cut_back()
+            from agentfly_cli.output_paths import write_failed
+
+            kept = f"its {self.count} complete lines are kept"
+            raise write_failed(self.path, err, kept) from None
+        self._complete = os.lseek(self._file.fileno(), 0, os.SEEK_CUR)
         self.count += 1
+
+    def _cut_back(self) -> None:
+        """Truncate the file to its complete lines (best effort: the disk may be gone)."""
+        try:
+            os.ftruncate(self._file.fileno(), self._complete)
+            os.lseek(self._file.fileno(), self._complete, os.SEEK_SET)
+        except OSError:
+            pass
 
     def close(self) -> None:
         self._file.close()
@@ -206,24 +250,62 @@ class TrajectoryWriter:
         self.close()
 
 
+READ_FIX = "pass a JSONL file written by `agentfly rollout --out`"
+
+
 def iter_trajectories(path: str | os.PathLike) -> Iterator[Trajectory]:
-    """Read a trajectory JSONL file line by line; bad lines are a UserError naming the line."""
+    """Read a trajectory JSONL file line by line; a bad line (not UTF-8, not JSON, not a
+    trajectory record) is a UserError naming the file and the line."""
+    from agentfly_cli.json_files import iter_json_lines
+
     path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{path} is a folder, not a trajectory file; {READ_FIX}")
     if not path.is_file():
         raise UserError(
             f"trajectory file {str(path)!r} not found; pass the --out file of a rollout"
         )
-    with open(path, encoding="utf-8") as lines:
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                yield Trajectory.from_dict(json.loads(line))
-            except (ValueError, TypeError) as exc:
-                raise UserError(
-                    f"{path}:{number} is not a trajectory record ({exc}); "
-                    "pass a JSONL file written by `agentfly rollout --out`"
-                ) from None
+    for number, data in iter_json_lines(path, READ_FIX):
+        yield record_from_json(data, f"{path}:{number}")
+
+
+def record_from_json(data: Any, where: str) -> Trajectory:
+    """A trajectory from one decoded JSON line, its shape checked (the types and lengths that
+    readers index by); anything else is a UserError naming ``where``."""
+    try:
+        if not isinstance(data, dict):
+            raise ValueError(f"a JSON {type(data).__name__}, not an object")
+        trajectory = Trajectory.from_dict(data)
+        _check_shape(trajectory)
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise UserError(f"{where} is not a trajectory record ({exc}); {READ_FIX}") from None
+    return trajectory
+
+
+def _check_shape(t: Trajectory) -> None:
+    """Raise ValueError unless ids, loss_mask, logprobs and turn spans fit together."""
+    n = len(t.ids) if isinstance(t.ids, list) else -1
+    if n < 0 or not all(type(i) is int and i >= 0 for i in t.ids):
+        raise ValueError("ids must be a list of token ids (integers from 0)")
+    if not isinstance(t.loss_mask, list) or len(t.loss_mask) != n:
+        raise ValueError(f"loss_mask must be a list as long as ids ({n})")
+    if any(m not in (0, 1) or type(m) is not int for m in t.loss_mask):
+        raise ValueError("loss_mask must hold only 0 and 1")
+    if not isinstance(t.logprobs, list) or len(t.logprobs) != n:
+        raise ValueError(f"logprobs must be a list as long as ids ({n})")
+    for turn in t.turns:
+        if not (
+            type(turn.start) is int and type(turn.end) is int and 0 <= turn.start <= turn.end <= n
+        ):
+            raise ValueError(f"a turn spans {turn.start}:{turn.end}, outside the {n} ids")
+    if t.reward is not None and (
+        isinstance(t.reward, bool) or not isinstance(t.reward, (int, float))
+    ):
+        raise ValueError(f"reward must be a number or null, not {t.reward!r}")
+    if not isinstance(t.messages, list) or not all(isinstance(m, dict) for m in t.messages):
+        raise ValueError("messages must be a list of objects")
+    if not isinstance(t.meta, dict) or not isinstance(t.task, dict):
+        raise ValueError("meta and task must be objects")
 
 
 def read_trajectories(path: str | os.PathLike) -> list[Trajectory]:
