@@ -100,10 +100,14 @@ def test_a_write_the_disk_refuses_is_one_line_not_a_traceback(tmp_path, monkeypa
         ({"ids": [1], "loss_mask": [2], "logprobs": [None]}, "only 0 and 1"),
         ({"ids": [1], "loss_mask": [0], "logprobs": []}, "logprobs must be a list as long"),
         (
-            {"ids": [1], "loss_mask": [0], "logprobs": [None], "turns": [
-                {"role": "prompt", "start": 0, "end": 9}]},
+            {
+                "ids": [1],
+                "loss_mask": [0],
+                "logprobs": [None],
+                "turns": [{"role": "prompt", "start": 0, "end": 9}],
+            },
             "a turn spans 0:9, outside the 1 ids",
-        ),  # fmt: skip
+        ),
         ({"ids": [], "loss_mask": [], "logprobs": [], "reward": "high"}, "reward must be"),
         ({"ids": [], "loss_mask": [], "logprobs": [], "messages": ["hi"]}, "messages must be"),
         ({"ids": [], "nonsense": 1}, "unknown trajectory fields: nonsense"),
