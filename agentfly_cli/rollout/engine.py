@@ -27,7 +27,7 @@ from agentfly_cli.chat.tool_visibility import warn_if_tools_unseen
 from agentfly_cli.envs.manager import ResourceManager
 from agentfly_cli.envs.pool import EnvConfigError
 from agentfly_cli.rollout.backends.base import Backend, RequestContext, SamplingParams
-from agentfly_cli.rollout.tasks import opening_messages
+from agentfly_cli.rollout.tasks import check_system_prompt, opening_messages
 from agentfly_cli.rollout.trajectory import ToolCallRecord, Trajectory
 from agentfly_cli.rollout.turn_plan import TurnPlan, parse_turn, plan_turn
 from agentfly_cli.settings.rollout import RolloutSettings
@@ -161,6 +161,7 @@ class RolloutEngine:
         Returns trajectories ordered by task, then by sample. ``on_finish`` is called with each
         trajectory as soon as it is scored.
         """
+        check_system_prompt(self.system_prompt, tasks, f"batch {batch_id}")
         limit = self._chain_slots()
         n = self.settings.n if n is None else n
 

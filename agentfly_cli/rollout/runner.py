@@ -115,7 +115,7 @@ def resolve_run(
     from agentfly_cli.chat.parsers import get_parser
     from agentfly_cli.chat.templates import ChatTemplate
     from agentfly_cli.models import resolve_model
-    from agentfly_cli.rollout.tasks import load_tasks
+    from agentfly_cli.rollout.tasks import check_system_prompt, load_tasks
 
     if host is None:
         from agentfly_cli.plugins import get_plugin_host
@@ -134,6 +134,8 @@ def resolve_run(
         holdout_seed=data.holdout_seed,
         side=data.split,
     )
+    if config.agent is None:  # an agent program brings its own prompts
+        check_system_prompt(config.chat.system_prompt, tasks, str(data.path))
     tools = _tools_for(config.tools if tools is None else list(tools), host)
     reward = _reward_for(config, host) if reward is None else reward
     if reward is not None:

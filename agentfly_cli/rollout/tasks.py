@@ -7,6 +7,8 @@ conversation), plus any other fields; rewards receive those fields by name.
 from __future__ import annotations
 
 import json
+import re
+import string
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -212,6 +214,42 @@ def opening_messages(
     messages.extend(dict(m) for m in examples)
     messages.extend(task_messages)
     return messages
+
+
+def check_system_prompt(
+    system_prompt: str | None,
+    tasks: Sequence[Mapping[str, Any]],
+    source: str = "the data",
+    key: str = "chat.system_prompt",
+) -> None:
+    """Raise a UserError unless every ``{field}`` of ``system_prompt`` is a field of every task
+    that uses it (a task with its own system message does not). Literal braces are ``{{ }}``."""
+    if not system_prompt:
+        return
+    escape = "write a literal brace as {{ or }}"
+    try:
+        names = [f for _, f, _, _ in string.Formatter().parse(system_prompt) if f is not None]
+    except ValueError as exc:
+        raise UserError(f"{key}: not a valid template ({exc}); {escape}") from None
+    roots = dict.fromkeys(re.split(r"[.\[]", name, maxsplit=1)[0] for name in names)
+    if "" in roots or any(root.isdigit() for root in roots):
+        raise UserError(f"{key}: a placeholder needs a field name, e.g. {{question}}; {escape}")
+    using = [task for task in tasks if not _own_system(task)]
+    for root in roots:
+        lacking = [task for task in using if root not in task]
+        if lacking:
+            fields = ", ".join(map(str, lacking[0])) or "none"
+            raise UserError(
+                f"{key} uses {{{root}}}, which {len(lacking)} of the {len(using)} tasks of "
+                f"{source} lack (the first has: {fields}); fix the name or {escape}"
+            )
+
+
+def _own_system(task: Mapping[str, Any]) -> bool:
+    messages = task.get("messages")
+    return (
+        bool(messages) and isinstance(messages[0], Mapping) and messages[0].get("role") == "system"
+    )
 
 
 class _Fields(dict):
