@@ -66,3 +66,32 @@ def test_a_write_error_with_space_left_is_not_reported_as_a_full_disk(tmp_path, 
     with pytest.raises(RuntimeError, match="something else") as caught:
         CheckpointManager(tmp_path).save(1, backend=FakeBackend(RuntimeError("something else")))
     assert not isinstance(caught.value, UserError)
+
+
+def test_safetensors_running_out_of_space_is_the_same_error_and_leaves_no_partial_copy(
+    tmp_path, monkeypatch
+):
+    """The model's weights are written by safetensors, whose error is a bare Exception; this
+    is its text on a full tmpfs, with the free space a large disk still shows."""
+    from safetensors import SafetensorError
+
+    _free_space(monkeypatch, 50 * 2**30)
+    manager = CheckpointManager(tmp_path)
+    manager.save(5, backend=FakeBackend())
+    full = SafetensorError(
+        "Error while serializing: I/O error: No space left on device (os error 28)"
+    )
+    with pytest.raises(UserError, match="ran out of space.*step-000005 is intact"):
+        manager.save(10, backend=FakeBackend(full))
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step-000005"]
+
+
+@pytest.mark.parametrize("error", [ValueError("a bug"), KeyboardInterrupt()])
+def test_any_failed_save_removes_its_partial_copy_and_is_not_called_a_full_disk(
+    tmp_path, monkeypatch, error
+):
+    _free_space(monkeypatch, 50 * 2**30)
+    manager = CheckpointManager(tmp_path)
+    with pytest.raises(type(error)):
+        manager.save(1, backend=FakeBackend(error))
+    assert list((tmp_path / "checkpoints").iterdir()) == []

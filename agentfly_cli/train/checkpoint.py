@@ -9,12 +9,12 @@ after step 4 (steps are numbered from 1). With ``only_model`` a checkpoint holds
 and the trainer's state only: it cannot be resumed.
 
 Everything is written into a temporary folder beside the final one, then renamed: a crash
-leaves either the previous checkpoint or the new one, never a half-written one.
+leaves either the previous checkpoint or the new one, never a half-written one. A write that
+fails removes the temporary folder; a full disk is one error naming the fix.
 """
 
 from __future__ import annotations
 
-import errno
 import os
 import random
 import re
@@ -27,25 +27,17 @@ import torch
 _STEP = re.compile(r"^step-(\d{6,})$")
 
 
-_LOW_SPACE = 512 * 2**20  # a failed write with less free than this ran out of disk
-
-
 def _out_of_space(err: BaseException, folder: Path) -> bool:
-    """Whether a failed write is the disk running full: ENOSPC, or torch's zip writer failing
-    (``unexpected pos ...``) with almost nothing left on the disk."""
-    if isinstance(err, OSError) and err.errno == errno.ENOSPC:
-        return True
-    return _free_bytes(folder) < _LOW_SPACE
+    """Whether a failed write is the disk running full (:func:`output_paths.out_of_space`)."""
+    from agentfly_cli.output_paths import out_of_space
+
+    return out_of_space(err, folder)
 
 
 def _free_bytes(folder: Path) -> int:
-    """Free bytes on the disk of ``folder`` (or of its nearest existing parent)."""
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    try:
-        return shutil.disk_usage(folder).free
-    except OSError:
-        return 2**62  # unknown: not reported as a full disk
+    from agentfly_cli.output_paths import free_bytes
+
+    return free_bytes(folder)
 
 
 def rng_state() -> dict[str, Any]:
@@ -112,11 +104,11 @@ class CheckpointManager:
             return self._write(
                 step, temp, final, backend, tokenizer, data_position, extra, only_model
             )
-        except (OSError, RuntimeError) as err:
-            if not _out_of_space(err, self.root):
-                raise
+        except BaseException as err:  # safetensors' SafetensorError is a bare Exception
             shutil.rmtree(temp, ignore_errors=True)  # the partial copy, not the last good one
-            raise self._disk_full(step) from err
+            if isinstance(err, Exception) and _out_of_space(err, self.root):
+                raise self._disk_full(step) from err
+            raise
 
     def _disk_full(self, step: int) -> Exception:
         from agentfly_cli.errors import UserError
