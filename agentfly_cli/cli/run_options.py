@@ -155,7 +155,12 @@ def build_config(flags: RunFlags, *extra_sets: str):
         "chat.parser_options": {} if flags.get("parser") else None,
         "out": text("out"),
     }
-    return load_config(flags.get("spec"), [*extra_sets, *(flags.get("sets") or [])], **fields)
+    config = load_config(flags.get("spec"), [*extra_sets, *(flags.get("sets") or [])], **fields)
+    if config.agent is not None:  # its gateway needs the serve extra: say so before any load
+        from agentfly_cli.rollout.runner import check_agent_extra
+
+        check_agent_extra(config)
+    return config
 
 
 def parse_where(items: list[str] | None) -> dict[str, Any] | None:

@@ -9,6 +9,7 @@ train backend between the two. Then :func:`run_rollout` runs the engine over the
 
 from __future__ import annotations
 
+import importlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,6 +40,27 @@ class RolloutResult:
     wall_s: float
     setup_s: float
     envs: dict[str, dict[str, Any]] = field(default_factory=dict)  # env pool counters, by name
+
+
+SERVE_EXTRA = ("starlette", "uvicorn")  # what the gateway of an ``agent`` run needs
+
+
+def check_agent_extra(config: RunSettings) -> None:
+    """A run with an ``agent`` program serves it through the gateway: without the ``serve``
+    extra that is one line naming the install, before anything loads."""
+    if config.agent is None:
+        return
+    missing = []
+    for name in SERVE_EXTRA:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    if missing:
+        raise UserError(
+            f"agent {config.agent.entry!r} runs through the gateway, which needs "
+            f"{' and '.join(missing)}: pip install 'agentfly-cli[serve]'"
+        )
 
 
 def _reward_for(config: RunSettings, host):
@@ -121,6 +143,7 @@ def resolve_run(
         from agentfly_cli.plugins import get_plugin_host
 
         host = get_plugin_host()
+    check_agent_extra(config)
     if config.out:
         check_output_path(config.out)
     if not config.data.path:
