@@ -6,8 +6,10 @@ namespaces, no nested ones), as an unprivileged uid when we are root, in a
 cgroup of its own where one can be made (memory, processes and CPU for all its processes), with
 rlimits per process. The host adds a wall-clock limit per cell, a CPU backstop over the whole
 sandbox, an output cap, and kills what a cell left running. Each task gets a new sandbox,
-started in the background while the last one is in use. Without bubblewrap it falls back to a
-plain subprocess with the same limits and warns once. See ``docs/python-sandbox.md``.
+started in the background while the last one is in use. It fails closed: without a working
+bubblewrap the env does not start (a one-line :class:`SandboxUnavailableError`); only
+``sandbox: none`` runs code in a plain subprocess with the same limits, and warns once. See
+``docs/python-sandbox.md``.
 """
 
 from __future__ import annotations
@@ -40,13 +42,14 @@ __all__ = ["PYTHON", "PythonSandboxEnv", "SandboxUnavailableError", "bwrap_probl
 
 TOOL_TIMEOUT = 120.0  # the tool's own timeout: above wall_seconds, so the env reports timeouts
 START_TIMEOUT = 30.0  # seconds for an interpreter to report ready
+RETRY_PAUSE_S = 0.1  # after a failed bubblewrap start: this, times the attempt, before the next
 MAX_OPEN_FILES = 256
 SANDBOX_PROCESSES = 2  # bubblewrap and the interpreter, on top of max_processes
 LOST = "so its state (variables, imports, files) is lost"
 
 
 class SandboxUnavailableError(UserError):
-    """``sandbox: bwrap`` was asked for, but bubblewrap is missing or cannot start."""
+    """Bubblewrap is missing or does not start, so the env refuses to run code."""
 
 
 class SandboxWarning(RuntimeWarning):
@@ -54,7 +57,7 @@ class SandboxWarning(RuntimeWarning):
 
 
 _warned: set[str] = set()  # the notes given in this process (each once)
-_bwrap_failure: str | None = None  # why bubblewrap failed to start here ("auto" then skips it)
+UNSAFE = "or, to run model-written code unsandboxed (unsafe), set envs.python.options.sandbox: none"
 
 
 def _warn_once(key: str, message: str) -> None:
@@ -79,12 +82,13 @@ class PythonSandboxEnv(BaseEnv):
         memory_mb: int = 1024,
         max_processes: int = 32,
         max_output_chars: int = 5000,
-        sandbox: str = "auto",
+        sandbox: str = "bwrap",
         python: str = "/usr/bin/python3",
         bwrap: str | None = None,
         disk_mb: int = 256,
         cpu_seconds_total: float = 600.0,
         cpus: float = 1.0,
+        start_attempts: int = 3,
     ):
         given = dict(locals())
         given.pop("self")
@@ -94,6 +98,7 @@ class PythonSandboxEnv(BaseEnv):
         self.max_output_chars, self.disk_mb = options.max_output_chars, options.disk_mb
         self.cpu_seconds_total, self.cpus = options.cpu_seconds_total, options.cpus
         self.sandbox, self.python, self.bwrap = options.sandbox, options.python, options.bwrap
+        self.start_attempts = options.start_attempts
         self.mode: str | None = None  # "bwrap" or "none" once started
         self._interpreter: Interpreter | None = None
         self._used = False  # a cell ran in the current interpreter: reset replaces it
@@ -199,41 +204,55 @@ class PythonSandboxEnv(BaseEnv):
             raise RuntimeError("the python env is closed")
 
     async def _launch(self) -> Interpreter:
-        """Start in bubblewrap if asked or available, else (warning once) without it."""
-        global _bwrap_failure
-        bwrap = self.bwrap or shutil.which("bwrap")
-        bwrap = bwrap if bwrap and os.access(bwrap, os.X_OK) else None
-        if self.sandbox == "bwrap" and not bwrap:
-            raise SandboxUnavailableError(
-                f"python env: sandbox 'bwrap' needs bubblewrap, which was not found "
-                f"({self.bwrap or 'bwrap on PATH'}); install it (apt-get install bubblewrap) "
-                "or set sandbox: auto"
+        """Start in bubblewrap (retrying a failed start), or without it for ``sandbox: none``.
+
+        Fails closed: no bubblewrap, or one that fails ``start_attempts`` times in a row, is a
+        :class:`SandboxUnavailableError`; nothing carries over to the next env or start."""
+        if self.sandbox == "none":
+            _warn_once(
+                "none",
+                "python env: sandbox is 'none', so model-written code runs in a plain subprocess "
+                "with rlimits only (no filesystem or network isolation: it can read your files "
+                "and reach local services); install bubblewrap (apt-get install bubblewrap) "
+                "and remove sandbox: none",
             )
-        if self.sandbox == "bwrap" or (self.sandbox == "auto" and bwrap and not _bwrap_failure):
+            self.mode = "none"
+            return await self._spawn_unsandboxed()
+        bwrap = self._bwrap_path()
+        failure: StartError | None = None
+        for attempt in range(self.start_attempts):
+            if attempt:  # a transient failure (load, a race) passes: wait a little, try again
+                await asyncio.sleep(RETRY_PAUSE_S * attempt)
             try:
                 interpreter = await self._spawn(bwrap)
-                self.mode = "bwrap"
-                return interpreter
             except StartError as exc:
                 if "Traceback" in str(exc):  # the interpreter failed, not bubblewrap
                     raise RuntimeError(
                         f"python env: the interpreter failed to start: {exc}"
                     ) from exc
-                if self.sandbox == "bwrap":
-                    raise SandboxUnavailableError(
-                        f"python env: bubblewrap failed to start ({exc}); check that user "
-                        "namespaces are allowed, or set sandbox: auto"
-                    ) from exc
-                _bwrap_failure = str(exc).splitlines()[-1]
-        why = "sandbox is 'none'" if self.sandbox == "none" else "bubblewrap is not installed"
-        if self.sandbox == "auto" and _bwrap_failure:
-            why = f"bubblewrap failed to start ({_bwrap_failure})"
-        _warn_once(
-            "bwrap",
-            f"python env: {why}, so code runs in a plain subprocess with rlimits only (no "
-            "filesystem or network isolation); install bubblewrap: apt-get install bubblewrap",
+                failure = exc
+                continue
+            self.mode = "bwrap"
+            return interpreter
+        why = str(failure).splitlines()[-1] if str(failure) else "no reason given"
+        raise SandboxUnavailableError(
+            f"python env: bubblewrap failed to start {_times(self.start_attempts)} ({why}); "
+            "fix what it says (often: unprivileged user namespaces are not allowed, see "
+            f"docs/python-sandbox.md), {UNSAFE}"
+        ) from failure
+
+    def _bwrap_path(self) -> str:
+        """The bubblewrap binary, or a one-line error saying how to install it."""
+        bwrap = self.bwrap or shutil.which("bwrap")
+        if bwrap and os.access(bwrap, os.X_OK):
+            return bwrap
+        where = f"at {self.bwrap}" if self.bwrap else "on PATH"
+        raise SandboxUnavailableError(
+            f"python env: bubblewrap is not installed ({where}), and the sandbox does not run "
+            f"code without it; install it (apt-get install bubblewrap), {UNSAFE}"
         )
-        self.mode = "none"
+
+    async def _spawn_unsandboxed(self) -> Interpreter:
         try:
             return await self._spawn(None)
         except StartError as exc:
@@ -296,6 +315,10 @@ class PythonSandboxEnv(BaseEnv):
         )
         parts = (outcome.output.rstrip("\n"), answer.get("value"), error, note)
         return "\n".join(part for part in parts if part) or "(no output)"
+
+
+def _times(count: int) -> str:
+    return "once" if count == 1 else f"{count} times"
 
 
 def _nested_userns_off(bwrap: str) -> bool:

@@ -112,12 +112,16 @@ class Interpreter:
         argv = as_nobody([*launch.command, "-I", "-c", STUB, REPL_SOURCE.read_text()])
         argv.append(json.dumps({**config, "answer_fd": answer_w, "ready_id": ready_id}))
         answers = asyncio.StreamReader(limit=ANSWER_LIMIT)
+        reader = open(answer_r, "rb", buffering=0)  # the one owner of answer_r from here on
         try:
             transport, _ = await asyncio.get_running_loop().connect_read_pipe(
-                lambda: asyncio.StreamReaderProtocol(answers), open(answer_r, "rb", buffering=0)
+                lambda: asyncio.StreamReaderProtocol(answers), reader
             )
         except BaseException:
-            os.close(answer_r)
+            # Through the owner: the transport asyncio made (and closed on a cancel) closes
+            # ``reader`` again a loop turn later, a no-op then. os.close(answer_r) here closed
+            # the number twice: by then it could be another sandbox's pipe.
+            reader.close()
             os.close(answer_w)
             raise
         creating = asyncio.ensure_future(

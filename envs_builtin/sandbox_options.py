@@ -16,7 +16,7 @@ from agentfly_cli.errors import UserError
 
 NUMBERS = (
     "cpu_seconds wall_seconds memory_mb max_processes max_output_chars disk_mb "
-    "cpu_seconds_total cpus"
+    "cpu_seconds_total cpus start_attempts"
 ).split()
 MIN_MEMORY_MB = 32  # Debian's python3 and the REPL need about 24 MB of address space to start
 
@@ -42,7 +42,13 @@ class PythonEnvOptions(BaseModel):
     cpus: float = Field(
         1.0, gt=0, le=1024, allow_inf_nan=False, description="CPUs the sandbox may use at once"
     )
-    sandbox: Literal["auto", "bwrap", "none"] = "auto"
+    sandbox: Literal["auto", "bwrap", "none"] = Field(
+        "bwrap",
+        description="bwrap: bubblewrap or an error (auto is the same); none: no sandbox, unsafe",
+    )
+    start_attempts: int = Field(
+        3, ge=1, le=100, description="tries to start bubblewrap before the env fails to start"
+    )
     python: str = Field("/usr/bin/python3", min_length=1, description="the interpreter")
     bwrap: str | None = Field(None, min_length=1, description="bubblewrap (default: on PATH)")
 

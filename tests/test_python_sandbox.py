@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
-import shutil
 import signal
-import tempfile
 import warnings
-from pathlib import Path
 
 import pytest
 
@@ -18,12 +16,12 @@ from envs_builtin import python_sandbox, sandbox_cgroup
 from envs_builtin.python_sandbox import (
     PYTHON,
     PythonSandboxEnv,
-    SandboxUnavailableError,
     SandboxWarning,
     bwrap_problem,
     python,
 )
 from envs_builtin.sandbox_processes import alive
+from tests.sandbox_modes import SANDBOX
 
 BWRAP_PROBLEM = bwrap_problem()
 NO_CGROUP = sandbox_cgroup.unavailable()
@@ -32,6 +30,9 @@ NEEDS_BWRAP = pytest.mark.skipif(
 )
 MODES = [pytest.param("bwrap", marks=NEEDS_BWRAP), "none"]
 pytestmark = pytest.mark.filterwarnings("ignore::envs_builtin.python_sandbox.SandboxWarning")
+WORKING = PYTHON.model_copy(
+    update={"factory": functools.partial(PythonSandboxEnv, sandbox=SANDBOX)}
+)
 
 
 def run(coro):
@@ -114,6 +115,7 @@ def test_notebook_style_observations():
             "y = 3",
             "None",
             "import sys\nprint('out')\nprint('err', file=sys.stderr)\n{'k': y}",
+            sandbox=SANDBOX,
         )
     )
     assert printed == "a\n[1, 2]"
@@ -255,7 +257,7 @@ def test_concurrent_envs_are_isolated(mode):
 
 def test_tool_runs_code_in_the_trajectory_env():
     async def scenario():
-        async with standalone_env(PYTHON) as env:
+        async with standalone_env(WORKING) as env:
             assert isinstance(env, Env)
             first = await python.invoke({"code": "import math\nr = math.sqrt(16)"}, env=env)
             second = await python.invoke('{"code": "print(r)"}', env=env)
@@ -273,7 +275,7 @@ def test_tool_runs_code_in_the_trajectory_env():
 
 def test_step_takes_a_string_or_a_code_dict():
     async def scenario():
-        async with standalone_env(PYTHON) as env:
+        async with standalone_env(WORKING) as env:
             as_text = await env.step("6 * 7")
             with pytest.raises(ValueError, match="code"):
                 await env.step({"source": "1"})
@@ -313,44 +315,6 @@ def test_fallback_warns_once(monkeypatch):
     assert len(messages) == 1
     assert "no filesystem or network isolation" in messages[0]
     assert "apt-get install bubblewrap" in messages[0]
-
-
-def test_auto_falls_back_when_bwrap_is_missing(monkeypatch):
-    monkeypatch.setattr(shutil, "which", lambda name, *args, **kwargs: None)
-    monkeypatch.setattr(python_sandbox, "_warned", set())
-    with pytest.warns(SandboxWarning, match="bubblewrap is not installed"):
-        assert run(cells("1", sandbox="auto")) == ["1"]
-
-
-def test_bwrap_mode_without_bwrap_is_a_clear_error():
-    env = PythonSandboxEnv(sandbox="bwrap", bwrap="/nonexistent/bwrap")
-    with pytest.raises(SandboxUnavailableError, match="apt-get install bubblewrap"):
-        run(env.start())
-    run(env.close())
-
-
-@pytest.fixture
-def broken_bwrap(monkeypatch):
-    """A bwrap that fails like one without user namespaces (readable by the nobody uid)."""
-    folder = tempfile.mkdtemp()
-    os.chmod(folder, 0o755)
-    script = Path(folder, "bwrap")
-    script.write_text(
-        "#!/bin/sh\necho 'bwrap: setting up uid map: Permission denied' >&2\nexit 1\n"
-    )
-    script.chmod(0o755)
-    monkeypatch.setattr(python_sandbox, "_bwrap_failure", None)
-    monkeypatch.setattr(python_sandbox, "_warned", set())
-    yield str(script)
-    shutil.rmtree(folder)
-
-
-def test_bwrap_that_cannot_start(broken_bwrap):
-    env = PythonSandboxEnv(sandbox="bwrap", bwrap=broken_bwrap)
-    with pytest.raises(SandboxUnavailableError, match="bubblewrap failed to start.*uid map"):
-        run(env.start())
-    with pytest.warns(SandboxWarning, match="bubblewrap failed to start .*uid map"):
-        assert run(cells("'fell back'", sandbox="auto", bwrap=broken_bwrap)) == ["'fell back'"]
 
 
 def test_cancelled_cell_never_leaves_a_busy_interpreter():
