@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from agentfly_cli.serve.gateway import Gateway
+from agentfly_cli.serve.limits import ServeLimits
 
 
 def build_gateway(
@@ -19,9 +20,13 @@ def build_gateway(
     template: str | None = None,
     max_tokens: int = 1024,
     host: Any = None,
+    limits: ServeLimits | None = None,
+    before_load: Any = None,
 ) -> Gateway:
     """A :class:`Gateway` for ``model`` (a folder or an alias such as ``tiny``) on the
-    registered rollout ``backend``; ``parser`` and ``template`` override the model's own."""
+    registered rollout ``backend``; ``parser`` and ``template`` override the model's own.
+    Every argument is checked before the model's weights load; ``before_load()`` runs then
+    (what should fail only once the command line is known good: opening a record file)."""
     from agentfly_cli.chat.parsers import get_parser
     from agentfly_cli.chat.templates import ChatTemplate
     from agentfly_cli.errors import UserError
@@ -37,6 +42,9 @@ def build_gateway(
     reference = host.components.backends.get(backend)
     path = str(resolve_model(model))
     chat = ChatTemplate.load(path, template)
+    chosen = get_parser(parser or chat.default_parser, host=host)
+    if before_load is not None:
+        before_load()
     settings = BackendSettings(name=backend, model=path)
     rollout_backend = reference.factory(settings, chat)
     if not getattr(rollout_backend, "returns_tokens", True):
@@ -44,8 +52,7 @@ def build_gateway(
             f"the {backend} backend does not return the sampled token ids, so the gateway "
             "could not record them; serve with --backend hf or vllm"
         )
-    chosen = get_parser(parser or chat.default_parser, host=host)
-    return Gateway(rollout_backend, chat, chosen, model, max_tokens=max_tokens)
+    return Gateway(rollout_backend, chat, chosen, model, max_tokens=max_tokens, limits=limits)
 
 
-__all__ = ["Gateway", "build_gateway"]
+__all__ = ["Gateway", "ServeLimits", "build_gateway"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import uuid
+import secrets
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -23,7 +23,9 @@ from typing import Any
 from agentfly_cli.deadlines import within
 from agentfly_cli.errors import UserError
 from agentfly_cli.rollout.trajectory import Trajectory
+from agentfly_cli.serve.auth import Access
 from agentfly_cli.serve.gateway import Gateway
+from agentfly_cli.serve.limits import UNBOUNDED_SESSIONS, ServeLimits
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +84,10 @@ class AgentEngine:
         self.gateway = Gateway(
             backend, chat, parser, "agentfly", max_tokens=settings.max_tokens_per_turn,
             sampling=sampling, max_prompt_tokens=settings.max_total_tokens,
+            limits=ServeLimits(**UNBOUNDED_SESSIONS), open_on_request=False,
         )  # fmt: skip
+        # Agents never see this key: only the engine may list or end sessions (in process).
+        self._access = Access(admin_key=secrets.token_urlsafe(32))
         self._threads: ThreadPoolExecutor | None = None
         self._slots: tuple[Any, asyncio.Semaphore] | None = None
 
@@ -105,7 +110,7 @@ class AgentEngine:
         from agentfly_cli.serve.server import serving_in_loop
 
         n = self.settings.n if n is None else n
-        async with serving_in_loop(build_app(self.gateway)) as url:
+        async with serving_in_loop(build_app(self.gateway, access=self._access)) as url:
             episodes = [
                 self._episode(url, tasks[i], i + task_offset, s, batch_id, on_finish)
                 for i in range(len(tasks))
@@ -117,7 +122,8 @@ class AgentEngine:
     async def _episode(
         self, url: str, task: Mapping[str, Any], index: int, sample: int, batch_id: str, on_finish
     ) -> list[Trajectory]:
-        session = f"{batch_id}-{index}-{sample}-{uuid.uuid4().hex[:8]}"
+        session = f"{batch_id}-{index}-{sample}-{secrets.token_urlsafe(16)}"  # unguessable
+        self.gateway.open_episode(session)  # the only sessions this gateway serves
         result, error = None, None
         async with self._slots_for_loop():
             try:

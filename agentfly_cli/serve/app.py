@@ -9,6 +9,8 @@ Routes, with and without a session prefix ``/s/{session}`` (give an agent the ba
 - ``POST /sessions/{session}/end`` with an optional ``{"reward": R}``: the episode's segments
   as trajectory JSON; the session is closed
 - ``GET  /sessions``: the open sessions and their request and segment counts
+
+Every route checks the :class:`~.auth.Access` policy first (API key, loopback Host, Origin).
 """
 
 from __future__ import annotations
@@ -21,14 +23,35 @@ from typing import Any
 
 from agentfly_cli.chat.templates import ChatTemplateError
 from agentfly_cli.rollout.backends.base import BackendUnavailableError
+from agentfly_cli.serve.auth import Access, is_json, refusal
 from agentfly_cli.serve.gateway import Gateway, RequestError
 
 log = logging.getLogger(__name__)
 
 
-def build_app(gateway: Gateway, on_episode: Any = None) -> Any:
+class BodyTooLarge(Exception):
+    """A request body over the gateway's ``max_body_bytes``."""
+
+
+async def read_body(request: Any, limit: int | None) -> bytes:
+    """The request body, read in chunks; :class:`BodyTooLarge` as soon as it passes ``limit``
+    (a ``Content-Length`` above it is refused before anything is read)."""
+    declared = request.headers.get("content-length")
+    if limit is not None and declared is not None and declared.isdigit() and int(declared) > limit:
+        raise BodyTooLarge
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if limit is not None and size > limit:
+            raise BodyTooLarge
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def build_app(gateway: Gateway, on_episode: Any = None, access: Access | None = None) -> Any:
     """The Starlette app over ``gateway``; ``on_episode(episode)`` gets each ended episode
-    (a session ended with ``/sessions/{id}/end``, or a request made without a session)."""
+    (a session ended with ``/sessions/{id}/end`` or left idle, or a request made without a
+    session). ``access``: who may call it (default: no key, loopback Host names only)."""
     try:
         from starlette.applications import Starlette
         from starlette.requests import Request
@@ -39,32 +62,66 @@ def build_app(gateway: Gateway, on_episode: Any = None) -> Any:
             "agentfly serve needs starlette and uvicorn: pip install 'agentfly-cli[serve]'"
         ) from exc
 
-    def error(message: str, status: int = 400, param: str | None = None) -> Any:
+    access = access or Access()
+    limit = gateway.limits.max_body_bytes
+
+    def error(message: str, status: int = 400, param: str | None = None,
+              code: str | None = None) -> Any:  # fmt: skip
         kind = "invalid_request_error" if status < 500 else "server_error"
-        body = {"error": {"message": message, "type": kind, "param": param, "code": None}}
+        body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
         return JSONResponse(body, status_code=status)
 
+    def refused(request: Request, admin: bool = False) -> Any:
+        why = refusal(access, request.headers, admin=admin)
+        return None if why is None else error(why.message, why.status, code=why.code)
+
+    async def json_body(request: Request, empty: Any = None) -> Any:
+        """The body as JSON (``empty`` when there is none); an error response when bad."""
+        try:
+            raw = await read_body(request, limit)
+        except BodyTooLarge:
+            return error(f"the request body is over {limit} bytes (agentfly serve "
+                         "--max-body-bytes)", 413)  # fmt: skip
+        if not raw.strip() and empty is not None:
+            return empty
+        if not is_json(request.headers.get("content-type")):
+            kind = request.headers.get("content-type") or "none"
+            return error(f"the request body is not JSON (Content-Type: {kind}); send it "
+                         "with Content-Type: application/json")  # fmt: skip
+        try:
+            return json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            return error(f"the request body is not JSON: {exc}")
+        except RecursionError:
+            return error("the request body is not JSON this gateway reads: nested too deeply")
+
     async def models(request: Request) -> Any:
+        if (no := refused(request)) is not None:
+            return no
         created = int(time.time())
         model = {"id": gateway.model_name, "object": "model", "created": created,
                  "owned_by": "agentfly"}  # fmt: skip
         return JSONResponse({"object": "list", "data": [model]})
 
     async def completions(request: Request) -> Any:
-        try:
-            body = json.loads(await request.body())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            return error(f"the request body is not JSON: {exc}")
+        if (no := refused(request)) is not None:
+            return no
+        body = await json_body(request)
+        if isinstance(body, JSONResponse):
+            return body
         session = request.path_params.get("session")
         try:
             if isinstance(body, dict) and body.get("stream"):
-                events = gateway.stream(session, body)  # checked: errors come before events
-                return StreamingResponse(events, media_type="text/event-stream")
+                events = gateway.stream(session, body)
+                first = await events.__anext__()  # planned: errors come before any event
+                return StreamingResponse(_chain(first, events), media_type="text/event-stream")
             reply = await gateway.complete(session, body)
         except RequestError as exc:
             return error(str(exc), status=exc.status, param=exc.param)
         except ChatTemplateError as exc:  # messages the model's template cannot render
             return error(str(exc), param="messages")
+        except RecursionError:
+            return error("the request is nested too deeply to read", param="messages")
         except BackendUnavailableError as exc:
             return error(f"the model backend is unavailable: {exc}", status=503)
         except Exception as exc:  # a bug: one JSON error for the client, the trace in the log
@@ -73,19 +130,22 @@ def build_app(gateway: Gateway, on_episode: Any = None) -> Any:
         return JSONResponse(reply)
 
     async def end(request: Request) -> Any:
+        if (no := refused(request, admin=True)) is not None:
+            return no
         session = request.path_params["session"]
-        raw = await request.body()
-        try:
-            body = json.loads(raw) if raw.strip() else {}
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            return error(f"the request body is not JSON: {exc}")
+        body = await json_body(request, empty={})
+        if isinstance(body, JSONResponse):
+            return body
         reward = body.get("reward") if isinstance(body, dict) else None
         if reward is not None and (
             not isinstance(reward, (int, float)) or isinstance(reward, bool)
             or not math.isfinite(reward)
         ):  # fmt: skip
             return error("'reward' must be a finite number", param="reward")
-        episode = gateway.close_episode(session, reward)
+        try:
+            episode = gateway.close_episode(session, reward, checked=True)
+        except RequestError as exc:
+            return error(str(exc), status=exc.status, param=exc.param)
         if episode is None:
             return error(f"no open session {session!r}", status=404)
         return JSONResponse(
@@ -94,9 +154,12 @@ def build_app(gateway: Gateway, on_episode: Any = None) -> Any:
         )  # fmt: skip
 
     async def sessions(request: Request) -> Any:
+        if (no := refused(request, admin=True)) is not None:
+            return no
+        gateway.expire_idle()
         return JSONResponse(
             [{"session": e.id, "requests": e.requests, "segments": len(e.segments)}
-             for e in gateway.episodes.values()]
+             for e in list(gateway.episodes.values())]
         )  # fmt: skip
 
     if on_episode is not None:
@@ -110,3 +173,10 @@ def build_app(gateway: Gateway, on_episode: Any = None) -> Any:
         Route("/sessions/{session}/end", end, methods=["POST"]),
     ]
     return Starlette(routes=routes)
+
+
+async def _chain(first: str, rest: Any) -> Any:
+    """``first``, then the events of ``rest``."""
+    yield first
+    async for event in rest:
+        yield event

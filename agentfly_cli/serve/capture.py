@@ -183,6 +183,17 @@ class Plan:
 
 
 @dataclass
+class Match:
+    """The segment a request extends (None: a new one), with its ids as they were then."""
+
+    conversation: Conversation
+    segment: Segment | None = None
+    ids: list[int] = field(default_factory=list)
+    closed: bool = True
+    start: int = 0  # the first message after the segment's conversation
+
+
+@dataclass
 class Episode:
     """One session: its segments, its reward, its group."""
 
@@ -191,9 +202,16 @@ class Episode:
     segments: list[Segment] = field(default_factory=list)
     reward: float | None = None
     requests: int = 0
+    busy: int = 0  # requests under way (a busy session never goes idle)
+    last_used: float = 0.0  # time.monotonic() of its last request
 
     def plan(self, chat: Any, messages: list[dict[str, Any]], tools: list | None) -> Plan:
         """The prompt for ``messages``: the longest segment they extend, else a new one."""
+        return self.render(chat, messages, tools, self.match(messages))
+
+    def match(self, messages: list[dict[str, Any]]) -> Match:
+        """Which segment ``messages`` extend (the longest), as it is now: cheap, on the event
+        loop; :meth:`render` (the slow part) may then run in a worker thread."""
         conversation = [message_key(m) for m in messages]
         best: Segment | None = None
         for segment in self.segments:
@@ -202,14 +220,23 @@ class Episode:
                 if best is None or size > len(best.conversation):
                     best = segment
         if best is None:
+            return Match(conversation)
+        return Match(conversation, best, list(best.trajectory.ids), best.turn_closed,
+                     len(best.conversation))  # fmt: skip
+
+    def render(
+        self, chat: Any, messages: list[dict[str, Any]], tools: list | None, match: Match
+    ) -> Plan:
+        """The plan of a :meth:`match`: the full prompt, or the delta after its segment."""
+        if match.segment is None:
             converted = template_messages(messages, chat, wire=_wire(chat, messages))
             ids = chat.render_prompt(converted, tools)
-            return Plan(list(ids), list(ids), conversation)
-        start = len(best.conversation)
+            return Plan(list(ids), list(ids), match.conversation)
+        start = match.start
         new = template_messages(messages, chat, start, _wire(chat, messages[start:]))
-        delta = chat.observation_delta(new, tools, closed=best.turn_closed)
-        ids = best.trajectory.ids
-        return Plan([*ids, *delta], delta, conversation, best, len(ids))
+        delta = chat.observation_delta(new, tools, closed=match.closed)
+        ids = match.ids
+        return Plan([*ids, *delta], delta, match.conversation, match.segment, len(ids))
 
     def record(self, plan: Plan, generation: Generation, reply: dict[str, Any], eot: set) -> None:
         """Add the request's context and the sampled reply to its segment (a fork of it when

@@ -9,8 +9,10 @@ HTTP side is :mod:`.app`.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import math
+import secrets
 import time
 import uuid
 from dataclasses import dataclass
@@ -18,8 +20,10 @@ from typing import Any
 
 from agentfly_cli.rollout.backends.base import Generation, RequestContext, SamplingParams
 from agentfly_cli.serve.capture import Episode, Plan
+from agentfly_cli.serve.limits import LRU, SESSION_ID, ServeLimits
 
 MAX_N = 16
+SEED_RANGE = (-(2**63), 2**63 - 1)  # a 64-bit seed (a choice's own is seed + its index)
 
 
 class RequestError(ValueError):
@@ -36,6 +40,27 @@ class SessionEnded(RequestError):
     """A request to a session that has ended (HTTP 409)."""
 
     status = 409
+
+
+class UnknownSession(RequestError):
+    """A session this gateway does not open on request (HTTP 404)."""
+
+    status = 404
+
+
+class TooManySessions(RequestError):
+    """A new session while ``limits.max_sessions`` are open (HTTP 429)."""
+
+    status = 429
+
+
+def context_limit(backend: Any) -> float:
+    """The backend's context in tokens (vLLM's ``max_model_len``, hf's ``max_context``)."""
+    for name in ("max_model_len", "max_context"):
+        value = getattr(backend, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return math.inf
 
 
 @dataclass
@@ -63,22 +88,29 @@ class Gateway:
         max_tokens: int = 1024,
         sampling: Any = None,
         max_prompt_tokens: int | None = None,
+        limits: ServeLimits | None = None,
+        open_on_request: bool = True,
     ) -> None:
         """``sampling`` (RolloutSettings): its temperature, top_p and top_k replace the
         requests', and its max_tokens_per_turn caps theirs (training). ``max_prompt_tokens``:
-        a longer conversation is refused."""
+        a longer conversation is refused (so is one over the backend's context).
+        ``limits``: the bounds on requests and sessions. ``open_on_request`` False: only
+        sessions opened with :meth:`open_episode` are served (the agent engine's)."""
         self.backend, self.chat, self.parser = backend, chat, parser
         self.model_name = model_name
         self.max_tokens = max_tokens
         self.sampling = sampling
         self.max_prompt_tokens = max_prompt_tokens
+        self.limits = limits or ServeLimits()
+        self.open_on_request = open_on_request
         self.episodes: dict[str, Episode] = {}
         self.on_close: Any = None  # called with each episode that ends (e.g. to write it)
         self.sampled_tokens = 0
-        self._closed: dict[str, None] = {}  # ended sessions (ordered; the newest kept)
+        self._closed: dict[str, str] = {}  # ended sessions -> why (ordered; the newest kept)
         self._eot = set(chat.eot_token_ids)
-        self._stop_cache: dict[tuple[str, ...], tuple[int, ...]] = {}
+        self._stop_cache = LRU(self.limits.stop_cache_size)
         self._typed_parsers: dict[str, Any] = {}  # request tools (as JSON) -> typed parser
+        self._swept = time.monotonic()
 
     @property
     def eot_ids(self) -> set[int]:
@@ -87,26 +119,69 @@ class Gateway:
 
     # ---- sessions ---------------------------------------------------------------------------
     def episode(self, session: str) -> Episode:
-        """The session's episode, opened on first use; an ended session is refused."""
+        """The session's episode, opened on first use (where the gateway opens sessions on
+        request); an ended, unknown or badly named session is refused."""
         episode = self.episodes.get(session)
         if episode is None:
+            check_session_id(session)
+            self.expire_idle()
             if session in self._closed:
-                raise SessionEnded(f"session {session!r} has ended; start a new one")
-            episode = self.episodes[session] = Episode(session, group_id=session)
+                raise SessionEnded(f"session {session!r} has ended{self._closed[session]}; "
+                                   "start a new one")  # fmt: skip
+            if not self.open_on_request:
+                raise UnknownSession(f"no open session {session!r}; use the base URL you "
+                                     "were given")  # fmt: skip
+            episode = self.open_episode(session)
         return episode
 
-    def close_episode(self, session: str, reward: float | None = None) -> Episode | None:
+    def open_episode(self, session: str) -> Episode:
+        """Open ``session`` (refused beyond ``limits.max_sessions``)."""
+        check_session_id(session)
+        bound = self.limits.max_sessions
+        if bound is not None and len(self.episodes) >= bound:
+            self.expire_idle(force=True)
+            if len(self.episodes) >= bound:
+                raise TooManySessions(
+                    f"{len(self.episodes)} sessions are open, the most this gateway keeps "
+                    "(agentfly serve --max-sessions); end some with /sessions/ID/end"
+                )
+        episode = self.episodes[session] = Episode(session, group_id=session)
+        episode.last_used = time.monotonic()
+        return episode
+
+    def close_episode(
+        self, session: str, reward: float | None = None, *, checked: bool = False, why: str = ""
+    ) -> Episode | None:
         """End a session: its episode (with ``reward`` set), no longer in the gateway; later
-        requests to it are refused (an agent that outlived its episode)."""
+        requests to it are refused (an agent that outlived its episode). An unknown session
+        is None and stays free to open. ``checked``: a badly named one is a RequestError."""
+        if checked:
+            check_session_id(session)
         episode = self.episodes.pop(session, None)
-        self._closed[session] = None
+        if episode is None:
+            return None
+        self._closed[session] = why
         if len(self._closed) > 100_000:
             self._closed.pop(next(iter(self._closed)))
-        if episode is not None and reward is not None:
+        if reward is not None:
             episode.reward = reward
-        if episode is not None and self.on_close is not None:
+        if self.on_close is not None:
             self.on_close(episode)
         return episode
+
+    def expire_idle(self, *, force: bool = False) -> int:
+        """End the sessions idle for ``limits.session_idle_s`` (none with a request under
+        way); at most one sweep a second unless ``force``. How many ended."""
+        idle = self.limits.session_idle_s
+        now = time.monotonic()
+        if idle is None or (not force and now - self._swept < 1.0):
+            return 0
+        self._swept = now
+        stale = [e.id for e in list(self.episodes.values())
+                 if not e.busy and now - e.last_used > idle]  # fmt: skip
+        for session in stale:
+            self.close_episode(session, why=f" (idle for over {idle:g} s)")
+        return len(stale)
 
     # ---- requests ---------------------------------------------------------------------------
     def check(self, body: Any) -> tuple[list[dict[str, Any]], Sampling]:
@@ -126,13 +201,19 @@ class Gateway:
         if top_p == 0.0:
             raise RequestError("'top_p' must be above 0", "top_p")
         seed = body.get("seed")
-        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
-            raise RequestError("'seed' must be an integer", "seed")
+        if seed is not None:
+            seed = _integer(body, "seed", 0, *SEED_RANGE)
         stops = body.get("stop") or []
         if isinstance(stops, str):
             stops = [stops]
         if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops):
             raise RequestError("'stop' must be a string or a list of strings", "stop")
+        limits = self.limits
+        if len(stops) > limits.max_stops or any(len(s) > limits.max_stop_chars for s in stops):
+            raise RequestError(
+                f"'stop' takes at most {limits.max_stops} strings of at most "
+                f"{limits.max_stop_chars} characters each", "stop",
+            )  # fmt: skip
         tools = body.get("tools") or None
         if tools is not None and not isinstance(tools, list):
             raise RequestError("'tools' must be a list of tool definitions", "tools")
@@ -159,34 +240,66 @@ class Gateway:
             temperature=temperature,
             top_p=top_p,
             top_k=top_k,
-            stop_token_ids=(*self.chat.eot_token_ids, *self._stop_ids(stops)),
+            stop_token_ids=tuple(self.chat.eot_token_ids),  # and the stops' (prepare)
             seed=seed,
         )
         stream = bool(body.get("stream", False))
         return messages, Sampling(n, params, tools, choice != "none", stream, tuple(stops))
 
-    def prepare(self, session: str | None, body: Any) -> tuple[Episode, Plan, Sampling]:
-        """A request checked and planned: its episode (an anonymous one without a session),
-        the prompt's plan and the sampling settings; :class:`RequestError` when bad."""
-        messages, sampling = self.check(body)
-        episode = self.episode(session or f"anon-{uuid.uuid4().hex}")
-        plan = episode.plan(self.chat, messages, sampling.tools)
-        limit = self.max_prompt_tokens or getattr(self.backend, "max_model_len", math.inf)
-        if len(plan.prompt_ids) >= limit:
-            raise RequestError(
-                f"the conversation ({len(plan.prompt_ids)} tokens) does not fit the "
-                f"context ({limit} tokens)",
-                "messages",
+    async def prepare(
+        self, session: str | None, checked: tuple[list[dict[str, Any]], Sampling]
+    ) -> tuple[Episode, Plan, Sampling]:
+        """A checked request planned: its episode (an anonymous one, never listed, without a
+        session; marked busy until :meth:`release`), the prompt's plan and the sampling
+        settings with the stop strings' ids; :class:`RequestError` when bad. Rendering and
+        the stop ids' vocabulary scan run in worker threads: the event loop stays free."""
+        messages, sampling = checked
+        if sampling.stops:
+            stop_ids = await self._stop_ids(sampling.stops)
+            params = dataclasses.replace(
+                sampling.params, stop_token_ids=(*sampling.params.stop_token_ids, *stop_ids)
             )
+            sampling = dataclasses.replace(sampling, params=params)
+        if session is None:
+            if not self.open_on_request:
+                raise UnknownSession("this gateway serves session URLs only (/s/ID/v1)")
+            anonymous = f"anon-{secrets.token_urlsafe(16)}"
+            episode = Episode(anonymous, group_id=anonymous)
+        else:
+            episode = self.episode(session)
+        episode.busy += 1
+        try:
+            match = episode.match(messages)  # on the loop: the segment as it is now
+            plan = await asyncio.to_thread(
+                episode.render, self.chat, messages, sampling.tools, match
+            )
+            limit = min(self.max_prompt_tokens or math.inf, context_limit(self.backend))
+            if len(plan.prompt_ids) >= limit:
+                raise RequestError(
+                    f"the conversation ({len(plan.prompt_ids)} tokens) does not fit the "
+                    f"context ({limit} tokens)",
+                    "messages",
+                )
+        except BaseException:
+            self.release(episode)
+            raise
         return episode, plan, sampling
+
+    def release(self, episode: Episode) -> None:
+        """A request of ``episode`` is over (answered or failed): it may go idle."""
+        episode.busy = max(0, episode.busy - 1)
+        episode.last_used = time.monotonic()
 
     async def complete(self, session: str | None, body: Any) -> dict[str, Any]:
         """One ``/v1/chat/completions`` call; its choices recorded in ``session``'s episode
         (when None, a one-request episode that ends with the request)."""
-        episode, plan, sampling = self.prepare(session, body)
-        generations = await asyncio.gather(
-            *(self._sample(plan, sampling, episode, i) for i in range(sampling.n))
-        )
+        episode, plan, sampling = await self.prepare(session, self.check(body))
+        try:
+            generations = await asyncio.gather(
+                *(self._sample(plan, sampling, episode, i) for i in range(sampling.n))
+            )
+        finally:
+            self.release(episode)
         choices = []
         for i, generation in enumerate(generations):
             message, finish = self.reply(
@@ -210,12 +323,20 @@ class Gateway:
         }
 
     def stream(self, session: str | None, body: Any) -> Any:
-        """A ``stream: true`` call: checked and planned now (errors raise before any event),
-        then an async iterator of server-sent events, text as it is sampled (streaming.py)."""
+        """A ``stream: true`` call: checked now (a bad request raises here), then an async
+        iterator that plans it (its errors raise from the first ``__anext__``, before any
+        event) and gives server-sent events, text as it is sampled (streaming.py)."""
+        return self._stream(session, self.check(body))
+
+    async def _stream(self, session: str | None, checked: tuple) -> Any:
         from agentfly_cli.serve.streaming import stream_events
 
-        episode, plan, sampling = self.prepare(session, body)
-        return stream_events(self, session, episode, plan, sampling)
+        episode, plan, sampling = await self.prepare(session, checked)
+        try:
+            async for event in stream_events(self, session, episode, plan, sampling):
+                yield event
+        finally:
+            self.release(episode)
 
     def finish_request(
         self,
@@ -229,8 +350,8 @@ class Gateway:
         for generation, message in zip(generations, messages, strict=True):
             episode.record(plan, generation, message, self._eot)
         self.sampled_tokens += sum(len(g.token_ids) for g in generations)
-        if session is None:  # no session URL: a one-request episode, ended at once
-            self.close_episode(episode.id)
+        if session is None and self.on_close is not None:  # a one-request episode, ended
+            self.on_close(episode)
 
     def request_args(
         self, sampling: Sampling, episode: Episode, index: int
@@ -307,11 +428,21 @@ class Gateway:
             parser = self._typed_parsers[key] = with_tools(tools)
         return parser
 
-    def _stop_ids(self, stops: list[str]) -> tuple[int, ...]:
-        key = tuple(stops)
-        if key not in self._stop_cache:
-            self._stop_cache[key] = tuple(self.chat.stop_token_ids(stops)) if stops else ()
-        return self._stop_cache[key]
+    async def _stop_ids(self, stops: tuple[str, ...]) -> tuple[int, ...]:
+        """The ids of the tokens holding a stop string (a scan of the vocabulary, in a worker
+        thread; the last ``limits.stop_cache_size`` stop lists are kept)."""
+        ids = self._stop_cache.get(stops)
+        if ids is None:
+            ids = tuple(await asyncio.to_thread(self.chat.stop_token_ids, list(stops)))
+            self._stop_cache.put(stops, ids)
+        return ids
+
+
+def check_session_id(session: str) -> None:
+    """A session id of ``[A-Za-z0-9._~-]{1,128}`` (what a URL carries unchanged)."""
+    if not isinstance(session, str) or SESSION_ID.fullmatch(session) is None:
+        shown = session if isinstance(session, str) and len(session) <= 40 else "this one"
+        raise RequestError(f"session id {shown!r} is not 1-128 of A-Z a-z 0-9 . _ ~ -", "session")
 
 
 def _check_message(i: int, message: Any) -> None:
@@ -343,6 +474,8 @@ def _integer(body: dict, name: str, default: int, low: int, high: float = math.i
         return default
     if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
         bound = f"from {low} to {high}" if high != math.inf else f"at least {low}"
+        if name == "seed":
+            bound = "from -2**63 to 2**63-1"
         raise RequestError(f"'{name}' must be an integer {bound}", name)
     return value
 

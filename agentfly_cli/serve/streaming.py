@@ -69,7 +69,7 @@ class ReplyStream:
             found += [THINK_OPEN, THINK_CLOSE]
         self.markers = tuple(m for m in found if m)
         self.tail = max((len(m) for m in self.markers), default=1) - 1
-        self.prefixes = {m[:k] for m in self.markers for k in range(1, len(m))}  # held back
+        self.starts = frozenset(m[0] for m in self.markers)  # where a held-back prefix may begin
         self.ids: list[int] = []
         self.read = 0  # ids whose characters are in self.text
         self.text = ""
@@ -141,11 +141,16 @@ class ReplyStream:
         return min(hits, default=-1)
 
     def _safe_end(self, start: int) -> int:
-        """Where shown text may end: before the last characters that could begin a marker."""
-        for i in range(max(start, len(self.text) - self.tail), len(self.text)):
-            if self.text[i:] in self.prefixes:
-                return i
-        return len(self.text)
+        """Where shown text may end: before the last characters that could begin a marker
+        (memory and time linear in the markers' length: only characters that begin one are
+        compared, and nothing is stored per prefix)."""
+        text, end = self.text, len(self.text)
+        for i in range(max(start, end - self.tail), end):
+            if text[i] in self.starts:
+                rest = end - i
+                if any(len(m) > rest and m.startswith(text[i:]) for m in self.markers):
+                    return i
+        return end
 
     def _show(self, out: dict[str, str], key: str, end: int) -> None:
         """Send what ``self.text[self.start:end]``, stripped as the parser strips (when it

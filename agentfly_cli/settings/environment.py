@@ -51,6 +51,11 @@ VARIABLES: dict[str, Variable] = {
         "(0, false, no: off; about 2x faster CPU decoding, at a higher resident size: "
         "the demo's peak 3.5 GiB, 2.9 GiB off, 1.3x its time)",
     ),
+    "AGENTFLY_SERVE_API_KEY": Variable(
+        "none",
+        "the API key `agentfly serve` requires on every route (as --api-key; needed to listen "
+        "beyond loopback)",
+    ),
     "AGENTFLY_SANDBOX": Variable(
         "-", "marks processes of the Python sandbox (set by agentfly, not by users)", internal=True
     ),
@@ -126,6 +131,11 @@ def debug_enabled() -> bool:
 def malloc_tuning_enabled() -> bool:
     """``AGENTFLY_MALLOC_TUNING`` is unset or something other than 0, false or no."""
     return _switch("AGENTFLY_MALLOC_TUNING", default=True)
+
+
+def serve_api_key() -> str | None:
+    """The raw ``AGENTFLY_SERVE_API_KEY`` (None: unset; checked by ``agentfly serve``)."""
+    return _raw("AGENTFLY_SERVE_API_KEY")
 
 
 def plugin_selection() -> str | None:

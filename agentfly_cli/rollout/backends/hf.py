@@ -94,6 +94,8 @@ class HFBackend(StepStreaming, Backend):
         pad = getattr(tokenizer, "pad_token_id", None)
         self.pad_id = pad if pad is not None else (min(self.eos_ids) if self.eos_ids else 0)
         self.max_context = getattr(model.config, "max_position_embeddings", None) or 1 << 30
+        embeddings = getattr(model, "get_input_embeddings", lambda: None)()
+        self.vocab_size = getattr(embeddings, "num_embeddings", None)  # None: not checked
         self._seeds = random.Random(config.seed)
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="agentfly-hf")
         # Model-thread state: the running batch (touched only from the executor's thread).
@@ -138,6 +140,7 @@ class HFBackend(StepStreaming, Backend):
         prompt = [int(t) for t in prompt_ids]
         if not prompt:
             raise ValueError("hf backend: prompt_ids is empty")
+        self._check_request(prompt, params)  # here: a bad request must not fail the batch
         max_new = min(params.max_tokens, self.max_context - len(prompt))
         if max_new <= 0:
             return Generation([], [], "length", info={"batch_size": 0, "forward_passes": 0})
@@ -156,6 +159,22 @@ class HFBackend(StepStreaming, Backend):
         self._pending.append(req)
         self._wakeup.set()
         return await req.future
+
+    def _check_request(self, prompt: list[int], params: SamplingParams) -> None:
+        """What would fail inside the shared batch (and so every request in it) fails this
+        request alone: a seed torch does not take, a token id outside the vocabulary."""
+        if params.seed is not None:
+            try:
+                self._torch.Generator().manual_seed(int(params.seed))
+            except (RuntimeError, OverflowError, TypeError, ValueError):
+                raise ValueError(
+                    f"hf backend: seed {params.seed} is outside torch's range (-2**63 to 2**64-1)"
+                ) from None
+        if self.vocab_size is not None and (min(prompt) < 0 or max(prompt) >= self.vocab_size):
+            raise ValueError(
+                f"hf backend: a prompt token id is outside the vocabulary (0 to "
+                f"{self.vocab_size - 1})"
+            )
 
     def _notify_listeners(self) -> None:
         """Hand each streaming row the ids it sampled since the last step (a finished row's
