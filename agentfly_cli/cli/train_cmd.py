@@ -71,7 +71,9 @@ def train(
 def export(
     run_dir: Path = typer.Argument(..., help="A run folder of `agentfly train`, or a checkpoint."),
     out: Path = typer.Argument(..., help="Folder to write the Hugging Face model into."),
-    force: bool = typer.Option(False, "--force", help="Replace OUT if it exists."),
+    force: bool = typer.Option(
+        False, "--force", help="Replace OUT if an earlier export wrote it (or it is empty)."
+    ),
 ) -> None:
     """Write the newest checkpoint of a run as a Hugging Face model folder."""
     from agentfly_cli.train.export import export_model
