@@ -267,7 +267,9 @@ class SFTSettings(OptimizationSettings):
     epochs: int = Field(2, ge=1, description="passes over the kept trajectories")
     batch_size: int = Field(8, ge=1, description="trajectories per optimizer step")
     min_reward: float | None = Field(
-        None, description="keep only chains whose reward is at least this; None: keep all"
+        None,
+        allow_inf_nan=False,
+        description="keep only chains whose reward is at least this; None: keep all",
     )
     holdout: float = Field(
         0.1, ge=0.0, lt=1.0, description="seeded share of tasks kept out to measure loss on"

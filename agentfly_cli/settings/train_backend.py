@@ -32,10 +32,10 @@ class TrainBackendSettings(BaseModel):
     dtype: Literal["auto", "float32", "bfloat16"] = Field(
         "auto", description="auto: bfloat16 on CUDA with bf16 support, else float32"
     )
-    lr: float = Field(1e-5, gt=0, description="peak learning rate")
-    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay")
+    lr: float = Field(1e-5, gt=0, allow_inf_nan=False, description="peak learning rate")
+    weight_decay: float = Field(0.0, ge=0, allow_inf_nan=False, description="AdamW weight decay")
     betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas")
-    eps: float = Field(1e-8, gt=0, description="AdamW epsilon")
+    eps: float = Field(1e-8, gt=0, allow_inf_nan=False, description="AdamW epsilon")
     max_grad_norm: float | None = Field(1.0, gt=0, description="clip the global grad norm")
     lr_schedule: Literal["constant", "linear", "cosine"] = Field(
         "constant", description="after warmup: constant, linear or cosine decay"
