@@ -149,7 +149,7 @@ SOLUTION_ROWS = [
 
 
 def check_packaged_solutions_score(
-    recipe: str, script: list[dict], tmp_path: Path, limit: int | None = None
+    recipe: str, script: list[dict], tmp_path: Path, limit: int | None = None, *flags: str
 ) -> None:
     """The packaged solutions (the first ``limit``, or all), played by the scripted backend
     under the recipe's own settings and model (SmolLM2's tokenizer), fit its token budgets and
@@ -161,7 +161,7 @@ def check_packaged_solutions_score(
         "rollout", recipe, "--backend", "scripted", "--n", "1", "--out", out, "--quiet",
         "--script", write_jsonl(tmp_path / "script.jsonl", script),
         "--set", "data.split=all",  # the held-out tasks' solutions too
-        *rows,
+        *rows, *flags,
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     trajectories = read_trajectories(out)

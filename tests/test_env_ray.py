@@ -212,10 +212,12 @@ def test_factory_not_importable_on_workers(ray_instance, tmp_path, monkeypatch):
 def test_the_python_sandbox_runs_in_an_actor_with_its_state(ray_instance):
     """Ray's async actors run on uvloop, whose subprocesses take no user/group arguments."""
     from envs_builtin.python_sandbox import PYTHON
+    from tests.sandbox_modes import SANDBOX
 
     async def go():
         provider = RayProvider()
-        handle = await provider.create(PYTHON.model_copy(update={"resources": {"cpu": 0}}), {})
+        spec = PYTHON.model_copy(update={"resources": {"cpu": 0}})
+        handle = await provider.create(spec, {"sandbox": SANDBOX})
         try:
             await handle.start()
             await handle.reset({})

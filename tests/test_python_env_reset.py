@@ -14,6 +14,7 @@ import pytest
 
 from envs_builtin.python_sandbox import PythonSandboxEnv, bwrap_problem
 from tests.recipe_checks import json_call, scripted_rollout
+from tests.sandbox_modes import SANDBOX
 
 BWRAP_PROBLEM = bwrap_problem()
 NEEDS_BWRAP = pytest.mark.skipif(
@@ -106,7 +107,7 @@ def test_the_first_cell_after_reset_answers_at_once():
     """The next sandbox is started while the last one is in use, so a reset only swaps."""
 
     async def scenario():
-        env = PythonSandboxEnv()
+        env = PythonSandboxEnv(sandbox=SANDBOX)
         await env.start()
         try:
             await env.step("x = 1")

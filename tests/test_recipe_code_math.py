@@ -27,6 +27,7 @@ from tests.recipe_checks import (
     needs_smollm2,
     scripted_rollout,
 )
+from tests.sandbox_modes import SANDBOX, SANDBOX_FLAGS
 
 pytestmark = pytest.mark.filterwarnings("ignore::envs_builtin.python_sandbox.SandboxWarning")
 
@@ -34,10 +35,13 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "agentfly_cli" / "recipes" / "data" / "code_math.jsonl"
 ROWS = [json.loads(line) for line in DATA.read_text().splitlines() if line.strip()]
 CONFIG = load_config("code_math")
-OPTIONS = CONFIG.envs["python"].options  # the recipe's sandbox limits
+OPTIONS = {**CONFIG.envs["python"].options, "sandbox": SANDBOX}  # the recipe's sandbox limits
 FRACTION = next(r for r in ROWS if r["kind"] == "linear_equation" and "/" in r["answer"])
 MONEY = next(r for r in ROWS if r["kind"] == "shopping")
-SMALL_RUN = ["--set", "rollout.max_tokens_per_turn=96", "--set", "rollout.max_total_tokens=8192"]
+SMALL_RUN = [
+    "--set", "rollout.max_tokens_per_turn=96", "--set", "rollout.max_total_tokens=8192",
+    *SANDBOX_FLAGS,
+]  # fmt: skip
 
 
 def run(coroutine):
@@ -195,11 +199,11 @@ def test_json_tool_calls_run_multi_line_code(tiny_model, tmp_path):
 
 
 def test_tiny_model_rollout_gives_valid_trajectories(tiny_model, tmp_path):
-    check_tiny_model_rollout("code_math", tiny_model, tmp_path, *budget(8192))
+    check_tiny_model_rollout("code_math", tiny_model, tmp_path, *budget(8192), *SANDBOX_FLAGS)
 
 
 def test_short_training_run_completes(tiny_model, tmp_path):
-    check_short_training_run("code_math", tiny_model, tmp_path, *budget(8192))
+    check_short_training_run("code_math", tiny_model, tmp_path, *budget(8192), *SANDBOX_FLAGS)
 
 
 @needs_smollm2
@@ -208,4 +212,4 @@ def test_every_packaged_solution_scores_under_the_recipe_settings(tmp_path, limi
     """The recipe's own budgets (per turn, per chain) hold its longest solution lines in
     SmolLM2's tokens: the percentages kind once ran past a 48-token turn."""
     script = [{"responses": [f"PYTHON: {r['solution']}", f"ANSWER: {r['answer']}"]} for r in ROWS]
-    check_packaged_solutions_score("code_math", script, tmp_path, limit)
+    check_packaged_solutions_score("code_math", script, tmp_path, limit, *SANDBOX_FLAGS)
