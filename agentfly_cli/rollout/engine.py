@@ -130,6 +130,7 @@ class RolloutEngine:
         self._live: dict[int, _Chain] = {}  # chains running now, for live_states()
         self._slots: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
         self.sampled_tokens = 0  # tokens sampled so far by all chains (for progress displays)
+        self._warned_prompt_length = False  # said once per engine, not per chain or batch
         self._invoke_options: dict[str, Any] = {}
         if self.settings.tool_timeout is not None:
             self._invoke_options["timeout"] = self.settings.tool_timeout
@@ -180,7 +181,25 @@ class RolloutEngine:
         jobs = [one(i, s) for i in range(len(tasks)) for s in range(n)]
         async with self.envs.running():
             with _fewer_gc_passes(self.settings.gc_threshold):
-                return await _all_or_nothing(jobs)
+                trajectories = await _all_or_nothing(jobs)
+        self._warn_prompts_too_long(trajectories)
+        return trajectories
+
+    def _warn_prompts_too_long(self, trajectories: Sequence[Trajectory]) -> None:
+        """One warning per engine (a run) when first prompts leave no room for a turn."""
+        cut = [t for t in trajectories if t.finish_reason == "length" and not t.num_turns]
+        if not cut or self._warned_prompt_length:
+            return
+        self._warned_prompt_length = True
+        log.warning(
+            "warning: %d of %d chains ended before their first turn (finish 'length'): their "
+            "first prompt has up to %d tokens, and rollout.max_total_tokens is %d; raise "
+            "rollout.max_total_tokens (or shorten the prompt)",
+            len(cut),
+            len(trajectories),
+            max(len(t.ids) for t in cut),
+            self.settings.max_total_tokens,
+        )
 
     def _chain_slots(self) -> asyncio.Semaphore:
         """The event loop's semaphore of :attr:`chain_limit` slots (one per loop: a semaphore
