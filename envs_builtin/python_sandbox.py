@@ -57,7 +57,10 @@ class SandboxWarning(RuntimeWarning):
 
 
 _warned: set[str] = set()  # the notes given in this process (each once)
-UNSAFE = "or, to run model-written code unsandboxed (unsafe), set envs.python.options.sandbox: none"
+UNSAFE = (  # the end of the refusals: the explicit opt-in, in a config and on the command line
+    "or opt in to running it unsandboxed (unsafe): envs.python.options.sandbox: none, "
+    "or --option sandbox=none"
+)
 
 
 def _warn_once(key: str, message: str) -> None:
@@ -236,9 +239,9 @@ class PythonSandboxEnv(BaseEnv):
             return interpreter
         why = str(failure).splitlines()[-1] if str(failure) else "no reason given"
         raise SandboxUnavailableError(
-            f"python env: bubblewrap failed to start {_times(self.start_attempts)} ({why}); "
-            "fix what it says (often: unprivileged user namespaces are not allowed, see "
-            f"docs/python-sandbox.md), {UNSAFE}"
+            f"python env: bubblewrap failed to start {_times(self.start_attempts)} ({why}), so "
+            "model-written code is not run; fix what it says (often: unprivileged user "
+            f"namespaces are not allowed, see docs/python-sandbox.md); {UNSAFE}"
         ) from failure
 
     def _bwrap_path(self) -> str:
@@ -248,8 +251,8 @@ class PythonSandboxEnv(BaseEnv):
             return bwrap
         where = f"at {self.bwrap}" if self.bwrap else "on PATH"
         raise SandboxUnavailableError(
-            f"python env: bubblewrap is not installed ({where}), and the sandbox does not run "
-            f"code without it; install it (apt-get install bubblewrap), {UNSAFE}"
+            f"python env: bubblewrap is not installed ({where}), so model-written code is not "
+            f"run; install it: apt-get install bubblewrap; {UNSAFE}"
         )
 
     async def _spawn_unsandboxed(self) -> Interpreter:

@@ -117,7 +117,8 @@ def test_without_bubblewrap_the_env_refuses_to_start(no_bwrap_on_path, options):
     assert isinstance(caught.value, UserError) and "\n" not in message
     assert message.startswith("python env: bubblewrap is not installed (on PATH)")
     assert "apt-get install bubblewrap" in message
-    assert "envs.python.options.sandbox: none" in message and "unsafe" in message
+    assert "unsandboxed (unsafe): envs.python.options.sandbox: none" in message
+    assert message.endswith("or --option sandbox=none")
     assert no_bwrap_on_path == []  # no code ran, sandboxed or not
 
 
@@ -167,20 +168,35 @@ def test_start_attempts_is_checked():
         PythonSandboxEnv(start_attempts=0)
 
 
-def test_tools_call_python_without_bubblewrap_is_one_line_and_exit_2():
-    done = subprocess.run(
-        [str(BIN / "agentfly"), "tools", "call", "python", "--args", '{"code": "print(1)"}'],
+def tools_call(*arguments: str) -> subprocess.CompletedProcess:
+    """``agentfly tools call ...`` with a PATH that has no bubblewrap."""
+    return subprocess.run(
+        [str(BIN / "agentfly"), "tools", "call", *arguments],
         capture_output=True,
         text=True,
         timeout=120,
         cwd=ROOT,
         env={**os.environ, "PATH": str(BIN), "HF_HUB_OFFLINE": "1"},
     )
+
+
+def test_tools_call_python_without_bubblewrap_is_one_line_and_exit_2():
+    done = tools_call("python", "--args", '{"code": "print(1)"}')
     assert done.returncode == 2, done.stderr
     assert done.stdout == ""
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith("error: python env: bubblewrap is not installed (on PATH)")
-    assert "apt-get install bubblewrap" in line
+    assert "apt-get install bubblewrap" in line and "--option sandbox=none" in line
+
+
+def test_tools_call_option_sandbox_none_runs_unsandboxed_with_a_warning():
+    done = tools_call("python", "--option", "sandbox=none", "--args", '{"code": "print(6 * 7)"}')
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "42"
+    assert "sandbox is 'none'" in done.stderr and "Traceback" not in done.stderr
+    wrong = tools_call("answer", "--option", "sandbox=none", "--args", '{"answer": "1"}')
+    assert wrong.returncode == 2
+    assert wrong.stderr.strip() == "error: --option is for env tools; 'answer' uses no env"
 
 
 def test_a_rollout_without_bubblewrap_stops_at_once_with_the_one_line(

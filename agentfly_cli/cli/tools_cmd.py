@@ -117,6 +117,9 @@ def call_tool(
         "{}", "--task", help="For env tools: the task (JSON object) the env is reset with."
     ),
     timeout: float | None = typer.Option(None, "--timeout", help="Seconds; default: the tool's."),
+    option: list[str] = typer.Option(
+        [], "--option", "-o", help="For env tools: KEY=VALUE for the env's factory (repeatable)."
+    ),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Run a tool once and print its result.
@@ -125,15 +128,19 @@ def call_tool(
     """
     import asyncio
 
+    from agentfly_cli.envs.control import parse_options
     from agentfly_cli.loading import resolve_tool
     from agentfly_cli.tools import ToolErrorKind
 
     component = resolve_tool(name)
     arguments = _json_object(args, "--args")
     task_row = _json_object(task, "--task")
+    options = parse_options(option)
+    if options and component.env is None:
+        raise UserError(f"--option is for env tools; '{component.name}' uses no env")
     if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
         raise UserError(f"--timeout must be a positive number of seconds, e.g. 5 (got {timeout})")
-    result = asyncio.run(_call(component, arguments, task_row, timeout))
+    result = asyncio.run(_call(component, arguments, task_row, timeout, options))
     if as_json:
         print_json(result.to_dict())
     else:
@@ -165,14 +172,24 @@ def _json_object(text: str, option: str) -> dict[str, Any]:
 
 
 async def _call(
-    component: Tool, arguments: dict[str, Any], task: dict[str, Any], timeout: float | None
+    component: Tool,
+    arguments: dict[str, Any],
+    task: dict[str, Any],
+    timeout: float | None,
+    options: dict[str, Any],
 ) -> ToolResult:
     override: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
     if component.env is None:
         return await component.invoke(arguments, **override)
+    import functools
+
     from agentfly_cli.envs.base import standalone_env
+    from agentfly_cli.envs.manager import check_options
     from agentfly_cli.plugins import get_plugin_host
 
     spec = component.env_spec or get_plugin_host().components.envs.get(component.env)
+    if options:
+        check_options(spec, options)
+        spec = spec.model_copy(update={"factory": functools.partial(spec.factory, **options)})
     async with standalone_env(spec, task) as env:
         return await component.invoke(arguments, env=env, **override)
