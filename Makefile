@@ -66,7 +66,7 @@ realdata-or-warn:
 		|| echo "warning: $(REALDATA_DIR) not built: the real-tokenizer tests will skip (retry: make realdata)"
 
 # System packages from apt, where apt-get exists: bubblewrap isolates the `python` env (without
-# it the sandbox falls back to rlimits and warns once); stockfish plays and judges chess puzzles;
+# it the env refuses to start unless sandbox: none opts in); stockfish plays and judges chess puzzles;
 # Java runs ScienceWorld; gcc and make build TextWorld's jericho. Missing ones are installed
 # before the Python packages; without apt (or root/sudo) a note says what to install.
 SYSTEM_NEEDS := bwrap:bubblewrap /usr/games/stockfish:stockfish java:default-jre-headless gcc:gcc make:make
