@@ -54,6 +54,14 @@ RUN_OPTIONS: dict[str, tuple[Any, Any]] = {
         typer.Option(None, "--max-turns", help="Assistant turns per chain.", min=1),
     ),
     "limit": (int | None, typer.Option(None, "--limit", help="Use only the first N tasks.", min=1)),
+    "shuffle": (
+        bool,
+        typer.Option(
+            False,
+            "--shuffle",
+            help="Shuffle the tasks before --limit, seeded by data.shuffle_seed (default 0).",
+        ),
+    ),
     "where": (
         list[str] | None,
         typer.Option(
@@ -142,6 +150,7 @@ def build_config(flags: RunFlags, *extra_sets: str):
         "backend.base_url": flags.get("base_url"),
         "data.path": text("data"),
         "data.limit": flags.get("limit"),
+        "data.shuffle": True if flags.get("shuffle") else None,
         # each --where field is added to the recipe's own data.where (or replaces that field)
         **{f"data.where.{k}": v for k, v in (parse_where(flags.get("where")) or {}).items()},
         "tools": flags.get("tools"),

@@ -12,7 +12,7 @@ from agentfly_cli.cli.run_options import RunFlags, build_config, with_run_option
 DEFAULT_RECIPE = "calculator"
 # every shared option but the rollout-only ones (train's --out is a run folder, not a file)
 TRAIN_OPTIONS = ("spec", "model", "backend", "data", "tools", "reward", "agent", "n")
-TRAIN_OPTIONS += ("max_turns", "limit", "where", "template", "parser", "sets")
+TRAIN_OPTIONS += ("max_turns", "limit", "shuffle", "where", "template", "parser", "sets")
 
 
 @handle_errors

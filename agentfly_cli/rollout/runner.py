@@ -156,6 +156,7 @@ def resolve_run(
         holdout=data.holdout,
         holdout_seed=data.holdout_seed,
         side=data.split,
+        shuffle_seed=data.shuffle_seed if data.shuffle else None,
     )
     if config.agent is None:  # an agent program brings its own prompts
         check_system_prompt(config.chat.system_prompt, tasks, str(data.path))

@@ -48,12 +48,14 @@ def load_tasks(
     holdout: float = 0.0,
     holdout_seed: int = 0,
     side: str = "all",
+    shuffle_seed: int | None = None,
 ) -> list[dict[str, Any]]:
     """Read the task rows of a data file or folder; every row is checked.
 
     With ``holdout``, ``side`` picks the rows that :func:`held_out_indices` holds out
     (``heldout``), the others (``train``) or all; drawn over the whole file, before ``where``
-    keeps the rows whose fields match (see :func:`select_rows`) and ``limit`` the first ones.
+    keeps the rows whose fields match (see :func:`select_rows`), ``shuffle_seed`` (if not None)
+    shuffles them (see :func:`shuffled`) and ``limit`` keeps the first ones.
     ``where``'s errors name the setting ``where_key``.
     """
     rows = read_rows(path)
@@ -66,7 +68,18 @@ def load_tasks(
         rows = [row for i, row in enumerate(rows) if (i in held) == (side == "heldout")]
     if where:
         rows = select_rows(rows, where, str(path), where_key)
+    if shuffle_seed is not None:
+        rows = shuffled(rows, shuffle_seed)
     return rows[:limit] if limit is not None else rows
+
+
+def shuffled(rows: Sequence[Any], seed: int) -> list[Any]:
+    """``rows`` in a seeded random order (``data.shuffle``): the same seed, the same order."""
+    import random
+
+    order = list(rows)
+    random.Random(f"{seed}:shuffle").shuffle(order)
+    return order
 
 
 def select_rows(

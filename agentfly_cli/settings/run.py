@@ -29,7 +29,16 @@ class DataSettings(BaseModel):
         description="keep only rows whose field equals the value, or one of a list of values "
         "(e.g. where: {kind: [shopping, change]}); applied before limit",
     )
-    limit: int | None = Field(None, ge=1, description="use only the first rows")
+    limit: int | None = Field(
+        None, ge=1, description="use only the first rows (with shuffle: that many at random)"
+    )
+    shuffle: bool = Field(
+        False,
+        description="shuffle the rows (seeded by shuffle_seed) after the holdout and where, "
+        "before limit: a limit then takes rows from the whole file, not its first rows; "
+        "false: file order",
+    )
+    shuffle_seed: int = Field(0, description="seeds the shuffle (same seed, same rows and order)")
     holdout: float = Field(
         0.0,
         ge=0.0,

@@ -46,10 +46,11 @@ def split_tasks(
     ``rows`` are the run's tasks (``data``'s train side when ``data.holdout`` is set); the eval
     tasks are, in order of precedence, a ``settings.holdout`` share of them, the rows of
     ``settings.path``, or the held-out side of ``data.path`` (all of it without a holdout),
-    then ``settings.where`` and ``settings.limit``."""
-    from agentfly_cli.rollout.tasks import held_out_indices, load_tasks
+    then ``settings.where``, ``data.shuffle`` and ``settings.limit``."""
+    from agentfly_cli.rollout.tasks import held_out_indices, load_tasks, shuffled
 
     rows = list(rows)
+    shuffle_seed = data.shuffle_seed if data.shuffle else None  # which rows a limit keeps
     if not settings.enabled:
         return EvalSplit(rows, [])
     if settings.holdout:
@@ -62,6 +63,8 @@ def split_tasks(
             ) from None
         train = [row for i, row in enumerate(rows) if i not in chosen]
         evaluated = [row for i, row in enumerate(rows) if i in chosen]
+        if shuffle_seed is not None:
+            evaluated = shuffled(evaluated, shuffle_seed)
         return EvalSplit(train, evaluated[: settings.limit] if settings.limit else evaluated)
     if settings.path and not Path(settings.path).exists():
         raise UserError(
@@ -71,7 +74,10 @@ def split_tasks(
     if not settings.path and data.holdout:
         split = {"holdout": data.holdout, "holdout_seed": data.holdout_seed, "side": "heldout"}
     path = settings.path or data.path
-    evaluated = load_tasks(path, settings.limit, settings.where, "trainer.eval.where", **split)
+    evaluated = load_tasks(
+        path, settings.limit, settings.where, "trainer.eval.where", shuffle_seed=shuffle_seed,
+        **split,
+    )  # fmt: skip
     notes = []
     seen = {_key(row) for row in rows}
     shared = sum(1 for row in evaluated if _key(row) in seen)

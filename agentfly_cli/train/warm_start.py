@@ -149,7 +149,10 @@ def warm_start(config: Any, run_dir: Path, *, console: bool = True, **components
         )
     folder.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    data = config.data.model_copy(update={"split": "train", "limit": settings.limit})
+    # its own limit, in file order (as `everything[: settings.limit]` below reads them)
+    data = config.data.model_copy(
+        update={"split": "train", "limit": settings.limit, "shuffle": False}
+    )
     split = {"holdout": data.holdout, "holdout_seed": data.holdout_seed, "side": "train"}
     everything = load_tasks(data.path, None, data.where, **split)  # limit applies below
     if settings.balance:
