@@ -173,22 +173,24 @@ async def bench_server(cycles: int) -> dict:
 
 async def bench_python(cells: int) -> dict:
     try:
-        from envs_builtin.python_sandbox import PYTHON
+        from envs_builtin.python_sandbox import PYTHON, bwrap_problem
     except ImportError as exc:
         return {"skipped": f"python env unavailable: {exc}"}
+    # the env refuses to start without bubblewrap; the bench's own cells may run without it
+    options = {"sandbox": "bwrap" if bwrap_problem() is None else "none"}
     starts = []
     for _ in range(5):
-        env = PYTHON.create()
+        env = PYTHON.create(**options)
         started = time.perf_counter()
         await env.start()
         starts.append(time.perf_counter() - started)
         await env.close()
-    env = PYTHON.create()
+    env = PYTHON.create(**options)
     await env.start()
     try:
         await env.step({"code": "x = 1"})
         runs = await timed(cells, lambda: env.step({"code": "x += 1"}))
-        isolation = env.mode  # "bwrap", or "none" for the rlimit-only fallback
+        isolation = env.mode  # "bwrap", or "none": rlimits only (no bubblewrap here)
     finally:
         await env.close()
     return {"cold_start": summary(starts), "cell": summary(runs), "isolation": isolation}
