@@ -126,3 +126,40 @@ def test_ci_runs_the_readme_test_command_and_needs_the_real_tokenizers():
     ci = (REPO_ROOT / ".ci" / "run").read_text()
     assert re.search(rf"^{re.escape(test_command)}$", ci, flags=re.MULTILINE), test_command
     assert "build/realdata/.complete" in ci
+
+
+# -- what every run prints ------------------------------------------------------------------
+@pytest.mark.parametrize("tensorboard", ["installed", "missing"])
+def test_train_on_the_tiny_model_prints_no_tensorboard_warning(
+    tiny_model, tmp_path, monkeypatch, tensorboard
+):
+    """The tensorboard sink is on by default; without the `tensorboard` extra a run that did
+    not ask for it by name skips it quietly (asked for by name, it warns: test_telemetry)."""
+    import sys
+
+    from typer.testing import CliRunner
+
+    from agentfly_cli.cli.app import build_app
+
+    if tensorboard == "missing":
+        for name in ("tensorboard", "torch.utils.tensorboard"):
+            monkeypatch.setitem(sys.modules, name, None)  # as if it were not installed
+    run = tmp_path / "run"
+    result = CliRunner().invoke(build_app(), [
+        "train", "calculator", "--model", str(tiny_model), "--out", str(run), "--steps", "1",
+        "--no-warm-start", "--set", "trainer.tasks_per_step=2", "--set", "rollout.n=2",
+        "--set", "rollout.max_turns=1", "--set", "rollout.max_tokens_per_turn=4",
+        "--set", "trainer.eval.every=0",
+    ])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "tensorboard" not in result.output.lower(), result.output
+    assert "warning" not in result.output.lower(), result.output
+    assert (run / "tensorboard").exists() == (tensorboard == "installed")
+
+
+def test_a_run_that_names_the_tensorboard_sink_is_told_when_it_is_missing():
+    from agentfly_cli.settings.train import TelemetrySettings
+    from agentfly_cli.train.telemetry import default_optional_sinks
+
+    assert default_optional_sinks(TelemetrySettings()) == ("tensorboard",)
+    assert default_optional_sinks(TelemetrySettings(sinks=["jsonl", "tensorboard"])) == ()

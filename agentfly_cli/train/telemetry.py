@@ -74,6 +74,7 @@ def training_telemetry(
         run_dir,
         total_steps=config.trainer.steps,
         sinks=tuple(settings.sinks),
+        optional_sinks=default_optional_sinks(settings),
         console=console,
         wandb_project=settings.wandb_project,
         wandb_mode=settings.wandb_mode,
@@ -83,6 +84,13 @@ def training_telemetry(
         bar_fields=training_bar_fields(kl=kl),
         step_progress=step_progress,
     )
+
+
+def default_optional_sinks(settings: Any) -> tuple[str, ...]:
+    """The sinks a run did not ask for by name (``trainer.telemetry.sinks`` left at its
+    default): tensorboard is then skipped without a word when it is not installed (it is the
+    ``tensorboard`` extra)."""
+    return () if "sinks" in settings.model_fields_set else ("tensorboard",)
 
 
 # (title, keys tried in order) of the plot panels after the reward panel
@@ -122,7 +130,8 @@ class Telemetry:
     step + 1) has no duplicate steps and a fresh run (``start_step=0``) starts an empty file.
     Use it as a context manager so that :meth:`close` (which also writes
     ``run_dir/plot.png``) runs on errors and Ctrl-C too. ``step_progress`` is shown under
-    the bar while a step runs.
+    the bar while a step runs. ``optional_sinks`` are skipped without a warning when their
+    package is not installed.
     """
 
     def __init__(
@@ -131,6 +140,7 @@ class Telemetry:
         *,
         total_steps: int | None,
         sinks: Iterable[str] = ("jsonl", "tensorboard"),
+        optional_sinks: Iterable[str] = (),
         console: bool = True,
         wandb_project: str | None = None,
         wandb_mode: str = "offline",
@@ -141,6 +151,7 @@ class Telemetry:
         step_progress: StepProgress | None = None,
     ) -> None:
         self.sinks = tuple(dict.fromkeys(sinks))
+        self.optional_sinks = frozenset(optional_sinks)  # skipped quietly when not installed
         unknown = [s for s in self.sinks if s not in SINKS]
         if unknown:
             raise UserError(
@@ -197,9 +208,10 @@ class Telemetry:
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError as exc:
-            self.warn(
-                f"tensorboard sink skipped: {exc}; pip install tensorboard to get event files"
-            )
+            if "tensorboard" not in self.optional_sinks:
+                self.warn(
+                    f"tensorboard sink skipped: {exc}; pip install tensorboard to get event files"
+                )
             return None
         purge = {"purge_step": self.start_step} if self.start_step > 0 else {}
         return SummaryWriter(log_dir=str(self.run_dir / TENSORBOARD_DIR), **purge)
