@@ -120,10 +120,12 @@ def test_agentfly_serve_runs_records_and_refuses_bad_input(tiny_model, tmp_path)
     import sys
     import time
 
-    from agentfly_cli.rollout.trajectory import read_trajectories
+    from agentfly_cli.rollout.trajectory import Trajectory, TrajectoryWriter, read_trajectories
 
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     record = tmp_path / "episodes.jsonl"
+    with TrajectoryWriter(record) as earlier:  # a run's record from before: appended to, kept
+        earlier.write(Trajectory(meta={"episode": "yesterday"}))
     command = [sys.executable, "-m", "agentfly_cli", "serve", "--model", str(tiny_model),
                "--port", "0", "--max-tokens", "8", "--record", str(record)]  # fmt: skip
     server = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env)
@@ -160,7 +162,8 @@ def test_agentfly_serve_runs_records_and_refuses_bad_input(tiny_model, tmp_path)
     finally:
         server.send_signal(signal.SIGINT)
         server.wait(30)
-    anonymous, trajectory = read_trajectories(record)  # written as each episode ended
+    kept, anonymous, trajectory = read_trajectories(record)  # written as each episode ended
+    assert kept.meta["episode"] == "yesterday"
     trajectory.check()
     assert trajectory.reward == 0.25 and trajectory.meta["episode"] == "run-1"
     assert anonymous.meta["episode"].startswith("anon-") and anonymous.num_turns == 1
