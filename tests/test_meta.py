@@ -163,3 +163,36 @@ def test_a_run_that_names_the_tensorboard_sink_is_told_when_it_is_missing():
 
     assert default_optional_sinks(TelemetrySettings()) == ("tensorboard",)
     assert default_optional_sinks(TelemetrySettings(sinks=["jsonl", "tensorboard"])) == ()
+
+
+# -- facts the docs state ---------------------------------------------------------------------
+NUMBER_WORDS = {
+    w: i for i, w in enumerate("one two three four five six seven eight nine".split(), 1)
+}
+
+
+def _doc_texts() -> dict[str, str]:
+    paths = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").rglob("*.md"))]
+    return {str(p.relative_to(REPO_ROOT)): p.read_text(encoding="utf-8") for p in paths}
+
+
+def test_every_count_of_hooks_in_the_docs_is_the_number_of_hookspecs():
+    counts = []
+    for name, text in _doc_texts().items():
+        for word in re.findall(r"\b(\d+|[a-z]+) hooks\b", text, flags=re.IGNORECASE):
+            number = int(word) if word.isdigit() else NUMBER_WORDS.get(word.lower())
+            if number is not None:
+                counts.append((name, number))
+    assert counts, "the docs no longer say how many hooks there are; drop this test"
+    assert all(n == len(HOOKS) for _, n in counts), f"{len(HOOKS)} hookspecs; docs say {counts}"
+
+
+def test_no_doc_says_what_is_missing_from_this_release():
+    """Such claims go stale when the thing arrives (terminal tools, the trainer, backends)."""
+    stale = [
+        f"{name}: {line.strip()}"
+        for name, text in _doc_texts().items()
+        for line in text.splitlines()
+        if re.search(r"in this release|nothing runs them yet|no trainer", line, re.IGNORECASE)
+    ]
+    assert stale == []
