@@ -17,11 +17,13 @@ from pathlib import Path
 from agentfly_cli.errors import UserError
 
 
-def check_file_target(path: str | os.PathLike, flag: str = "--out") -> Path:
+def check_file_target(
+    path: str | os.PathLike, flag: str = "--out", example: str = "out.jsonl"
+) -> Path:
     """``path`` as a file that can be written (created, or replaced if it exists)."""
     path = Path(path)
     if path.is_dir():
-        raise UserError(f"{flag} {str(path)!r} is a folder; pass a file name such as out.jsonl")
+        raise UserError(f"{flag} {str(path)!r} is a folder; pass a file name such as {example}")
     if path.exists():
         try:
             with open(path, "ab"):  # opens for writing without changing a byte

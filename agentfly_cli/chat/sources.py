@@ -48,11 +48,22 @@ def resolve_template(tokenizer, template: str | os.PathLike | None) -> TemplateS
                 f"chat template file {spec!r} not found; pass an existing .jinja file or one of: "
                 f"{', '.join(known)}"
             )
-        return TemplateSource(spec, path.read_text(encoding="utf-8"))
+        return TemplateSource(spec, _read_template(path, spec))
     raise UserError(
         f"unknown chat template {spec!r}; use one of: {', '.join(known)}, "
         "or a path to a .jinja file"
     )
+
+
+def _read_template(path: Path, spec: str) -> str:
+    """A template file's text; a binary or non-UTF-8 file is a one-line UserError."""
+    raw = path.read_bytes()
+    try:
+        if b"\x00" not in raw:
+            return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        pass
+    raise UserError(f"chat template file {spec!r} is not UTF-8 text; pass a .jinja file")
 
 
 def _own_template(tokenizer) -> str:

@@ -35,6 +35,7 @@ def doctor(
     """
     from agentfly_cli.chat.doctor import FAIL, diagnose
 
+    _check_flags(parser, observation_role)
     verdicts = diagnose(
         model,
         parser=parser,
@@ -58,3 +59,21 @@ def doctor(
         )
     if any(v.status == FAIL for v in verdicts):
         raise typer.Exit(1)
+
+
+def _check_flags(parser: str | None, observation_role: str) -> None:
+    """An unknown --parser or an empty --observation-role is bad input (exit 2), not a failed
+    check: caught before the model's tokenizer loads."""
+    from pydantic import ValidationError
+
+    from agentfly_cli.chat.parsers import get_parser
+    from agentfly_cli.errors import UserError
+    from agentfly_cli.settings.chat import ObservationSettings
+
+    if parser is not None:
+        get_parser(parser)  # an unknown name is a UserError naming `agentfly parsers list`
+    try:
+        ObservationSettings(role=observation_role)
+    except ValidationError as exc:
+        reason = exc.errors()[0]["msg"].removeprefix("Value error, ")
+        raise UserError(f"--observation-role {observation_role!r}: {reason}") from None

@@ -30,9 +30,12 @@ def view(
         load_tokenizer_for,
         read_trajectory_at,
         rich_text,
-        token_pieces,
     )
 
+    if html is not None:
+        from agentfly_cli.output_paths import check_file_target
+
+        check_file_target(html, "--html", "page.html")  # before anything is read
     trajectory, count = read_trajectory_at(path, index)
     if count == 0:
         raise UserError(f"{path} holds no trajectories")
@@ -40,11 +43,19 @@ def view(
         raise UserError(
             f"--index {index} is out of range; {path} holds {count} (use 0 to {count - 1})"
         )
-    tok = load_tokenizer_for(trajectory, tokenizer)
-    pieces = token_pieces(trajectory, tok) if tok is not None else None
+    try:
+        tok = load_tokenizer_for(trajectory, tokenizer)
+    except Exception:  # noqa: BLE001 - a broken folder breaks the loaders in many ways
+        tok = None
+    if tok is None and tokenizer is not None:
+        raise UserError(
+            f"--tokenizer {tokenizer!r} is not a tokenizer folder (no tokenizer.json or files "
+            "that transformers reads); pass the model folder the trajectory was made with"
+        )
+    pieces = _pieces(trajectory, tok)
     title = f"{path.name} #{index}"
     if html is not None:
-        html.write_text(html_page(trajectory, pieces, title), encoding="utf-8")
+        _write_page(html, html_page(trajectory, pieces, title))
         stderr_console().print(f"wrote {html}", markup=False, highlight=False)
         return
     console = stdout_console()
@@ -72,6 +83,38 @@ def view(
             markup=False,
             highlight=False,
         )
+
+
+def _pieces(trajectory, tok):
+    """The trajectory's tokens as text, or None without a tokenizer; ids the tokenizer does not
+    have are a one-line error."""
+    from agentfly_cli.rollout.render import token_pieces
+
+    if tok is None:
+        return None
+    try:
+        return token_pieces(trajectory, tok)
+    except (OverflowError, IndexError, TypeError, ValueError) as exc:
+        raise UserError(
+            f"the tokenizer cannot decode this trajectory's ids ({type(exc).__name__}: {exc}); "
+            "pass --tokenizer with the model folder the trajectory was made with"
+        ) from None
+
+
+def _write_page(html: Path, page: str) -> None:
+    """Write the page into a temporary file beside ``html``, then rename it: never half a page."""
+    import os
+
+    from agentfly_cli.output_paths import write_failed
+
+    temp = html.with_name(f".{html.name}.tmp-{os.getpid()}")
+    try:
+        temp.write_text(page, encoding="utf-8")
+        os.replace(temp, html)
+    except OSError as err:
+        temp.unlink(missing_ok=True)
+        kept = f"{html} is as it was" if html.exists() else f"{html} was not written"
+        raise write_failed(html, err, kept) from None
 
 
 def facts_of(trajectory) -> list[tuple[str, object]]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import math
 import random
-import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from agentfly_cli.rollout.trajectory import Trajectory, read_trajectories
 from agentfly_cli.settings.train import SFTSettings
 from agentfly_cli.surrogates import json_line
 from agentfly_cli.train.heap import trim_heap
+from agentfly_cli.train.staged_folder import staged_folder
 
 SUMMARY_FILE = "sft.json"
 MODEL_DIR = "model"
@@ -100,7 +100,7 @@ def select_chains(
             dropped["not_token_exact"] += 1
         elif sum(t.loss_mask) == 0:
             dropped["no_trained_tokens"] += 1
-        elif min_reward is not None and (t.reward is None or t.reward < min_reward):
+        elif min_reward is not None and not (t.reward is not None and t.reward >= min_reward):
             dropped["below_min_reward"] += 1
         else:
             kept.append(t)
@@ -148,7 +148,7 @@ def load_chains(paths: Sequence[str | Path]) -> list[Trajectory]:
     """Every trajectory of the given JSONL files; group ids made unique per file."""
     chains: list[Trajectory] = []
     for number, path in enumerate(paths):
-        if not Path(path).is_file():
+        if not Path(path).exists():
             raise UserError(
                 f"trajectory file {str(path)!r} not found; write one with "
                 "`agentfly rollout RECIPE --out FILE.jsonl`"
@@ -194,7 +194,15 @@ class SFTRunner:
 
         return_freed_memory()
         self.settings = settings
-        self.train = build_train_backend(model_dir, settings.backend)
+        try:
+            self.train = build_train_backend(model_dir, settings.backend)
+        except UserError:
+            raise
+        except Exception as exc:  # a broken weights file fails in many libraries' own ways
+            raise UserError(
+                f"cannot load the model in {model_dir} ({type(exc).__name__}: {exc}); pass a "
+                "model folder whose weight files are complete"
+            ) from None
         self.chunk = settings.logprob_chunk or auto_chunk_size(split_model(self.train.model)[1])
         self.share_prefix = settings.share_prefix
 
@@ -281,11 +289,31 @@ def _train(runner: SFTRunner, rows, held_rows, settings: SFTSettings, telemetry)
             metrics["sft/trained_tokens_per_s"] = metrics["train/trained_tokens"] / seconds
             telemetry.log(len(history) + 1, metrics)  # steps are numbered from 1
             history.append(metrics)
+            _stop_unless_finite(metrics["sft/loss"], f"at training step {len(history)}", settings)
     after = runner.mean_loss(held_rows)
     if after is not None:
+        _stop_unless_finite(after, "on the held-out chains after training", settings)
         line = f"held-out loss after {len(history)} steps: {after:.3f} (before: {before:.3f})"
         telemetry.log_note(len(history), {"sft/heldout_loss": after}, line)
     return history, before, after
+
+
+def _stop_unless_finite(loss: float, where: str, settings: SFTSettings) -> None:
+    """A loss that is NaN or infinite ends the run: the model would be garbage."""
+    if not math.isfinite(loss):
+        raise UserError(
+            f"the loss became {loss} {where} (lr {settings.backend.lr:g}), so no model "
+            "was written; lower --lr, or keep max_grad_norm set (--set backend.max_grad_norm=1)"
+        )
+
+
+def _check_weights(runner: SFTRunner, settings: SFTSettings) -> None:
+    """Refuse to save weights that hold NaN or infinity (an lr too large for one step)."""
+    import torch
+
+    for name, tensor in runner.train.model.named_parameters():
+        if not bool(torch.isfinite(tensor).all()):
+            _stop_unless_finite(float("nan"), f"in the weights ({name})", settings)
 
 
 def fine_tune(
@@ -298,7 +326,8 @@ def fine_tune(
     force: bool = False,
 ) -> SFTResult:
     """Fine-tune ``model`` (default: the chains' own) on the chains of ``paths``; write
-    ``out/model``, ``out/sft.json``, ``out/metrics.jsonl`` and ``out/plot.png``."""
+    ``out/model``, ``out/sft.json``, ``out/metrics.jsonl`` and ``out/plot.png``, all at the end
+    (a failed run leaves ``out`` as it was)."""
     from agentfly_cli.chat.tokenizer_loading import load_tokenizer
     from agentfly_cli.models.resolve import resolve_model
     from agentfly_cli.train.telemetry import Telemetry
@@ -308,6 +337,8 @@ def fine_tune(
             "sft trains with the torch backend only; drop "
             f"--set backend.name={settings.backend.name}"
         )
+    if model is not None and not model.strip():
+        raise UserError("--model is empty; pass a model folder or alias, or leave it out")
     started = time.perf_counter()
     out = Path(out)
     model_dir = out / MODEL_DIR
@@ -323,55 +354,50 @@ def fine_tune(
     tokenizer = load_tokenizer(model_path)  # as rollouts read it (DeepSeek-V3 needs that)
     check_tokenizer(chains, tokenizer, model_path)
     train_chains, held_chains = split_by_task(chains, settings.holdout, settings.seed)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / HELDOUT_FILE).unlink(missing_ok=True)  # a --force rerun must not keep a stale one
-    heldout_tasks = write_tasks(held_chains, out / HELDOUT_FILE) if held_chains else 0
-    write_tasks(train_chains, out / TRAIN_FILE)  # for RL next, on the same side of the split
-    rows, held_rows = train_rows(train_chains), train_rows(held_chains)
-    per_epoch = math.ceil(len(rows) / settings.batch_size)
-    total_steps = settings.epochs * per_epoch
-    backend = settings.backend
-    if backend.total_steps is None:
-        backend = backend.model_copy(update={"total_steps": total_steps})
-    runner = SFTRunner(model_path, settings.model_copy(update={"backend": backend}))
-    telemetry = Telemetry(
-        out,
-        total_steps=total_steps,
-        sinks=settings.telemetry.sinks,
-        console=console and settings.telemetry.console,
-        wandb_project=settings.telemetry.wandb_project,
-        wandb_mode=settings.telemetry.wandb_mode,
-        config={"sft": settings.model_dump(mode="json"), "data": [str(p) for p in paths]},
-        bar_fields=(
-            ("loss", ("sft/loss",), "{:.3f}"),
-            ("trained tok/s", ("sft/trained_tokens_per_s",), "{:.0f}"),
-        ),
-    )
-    with telemetry:
-        history, before, after = _train(runner, rows, held_rows, settings, telemetry)
-    temp = out / f".{MODEL_DIR}.tmp"
-    shutil.rmtree(temp, ignore_errors=True)
-    runner.save(temp, tokenizer)
-    if model_dir.exists():
-        shutil.rmtree(model_dir)
-    temp.rename(model_dir)
-    result = SFTResult(
-        out=out,
-        model_dir=model_dir,
-        kept=len(chains),
-        dropped=dropped,
-        train_chains=len(rows),
-        heldout_chains=len(held_rows),
-        heldout_tasks=heldout_tasks,
-        optimizer_steps=len(history),
-        trained_tokens=sum(r.num_trained for r in rows) * settings.epochs,
-        heldout_loss_before=before,
-        heldout_loss_after=after,
-        train_loss_first=history[0]["sft/loss"] if history else None,
-        train_loss_last=history[-1]["sft/loss"] if history else None,
-        seconds=time.perf_counter() - started,
-        history=history,
-    )
-    text = json.dumps(result.summary(), indent=2) + "\n"
-    (out / SUMMARY_FILE).write_text(text, encoding="utf-8")
+    with staged_folder(out, replaces=(MODEL_DIR, HELDOUT_FILE)) as stage:
+        heldout_tasks = write_tasks(held_chains, stage / HELDOUT_FILE) if held_chains else 0
+        write_tasks(train_chains, stage / TRAIN_FILE)  # for RL next, on the same side of the split
+        rows, held_rows = train_rows(train_chains), train_rows(held_chains)
+        per_epoch = math.ceil(len(rows) / settings.batch_size)
+        total_steps = settings.epochs * per_epoch
+        backend = settings.backend
+        if backend.total_steps is None:
+            backend = backend.model_copy(update={"total_steps": total_steps})
+        runner = SFTRunner(model_path, settings.model_copy(update={"backend": backend}))
+        telemetry = Telemetry(
+            stage,
+            total_steps=total_steps,
+            sinks=settings.telemetry.sinks,
+            console=console and settings.telemetry.console,
+            wandb_project=settings.telemetry.wandb_project,
+            wandb_mode=settings.telemetry.wandb_mode,
+            config={"sft": settings.model_dump(mode="json"), "data": [str(p) for p in paths]},
+            bar_fields=(
+                ("loss", ("sft/loss",), "{:.3f}"),
+                ("trained tok/s", ("sft/trained_tokens_per_s",), "{:.0f}"),
+            ),
+        )
+        with telemetry:
+            history, before, after = _train(runner, rows, held_rows, settings, telemetry)
+        _check_weights(runner, settings)
+        runner.save(stage / MODEL_DIR, tokenizer)
+        result = SFTResult(
+            out=out,
+            model_dir=model_dir,
+            kept=len(chains),
+            dropped=dropped,
+            train_chains=len(rows),
+            heldout_chains=len(held_rows),
+            heldout_tasks=heldout_tasks,
+            optimizer_steps=len(history),
+            trained_tokens=sum(r.num_trained for r in rows) * settings.epochs,
+            heldout_loss_before=before,
+            heldout_loss_after=after,
+            train_loss_first=history[0]["sft/loss"] if history else None,
+            train_loss_last=history[-1]["sft/loss"] if history else None,
+            seconds=time.perf_counter() - started,
+            history=history,
+        )
+        text = json.dumps(result.summary(), indent=2) + "\n"
+        (stage / SUMMARY_FILE).write_text(text, encoding="utf-8")
     return result
