@@ -221,7 +221,7 @@ class PythonSandboxEnv(BaseEnv):
             )
             self.mode = "none"
             return await self._spawn_unsandboxed()
-        bwrap = self._bwrap_path()
+        bwrap = find_bwrap(self.bwrap)
         failure: StartError | None = None
         for attempt in range(self.start_attempts):
             if attempt:  # a transient failure (load, a race) passes: wait a little, try again
@@ -243,17 +243,6 @@ class PythonSandboxEnv(BaseEnv):
             "model-written code is not run; fix what it says (often: unprivileged user "
             f"namespaces are not allowed, see docs/python-sandbox.md); {UNSAFE}"
         ) from failure
-
-    def _bwrap_path(self) -> str:
-        """The bubblewrap binary, or a one-line error saying how to install it."""
-        bwrap = self.bwrap or shutil.which("bwrap")
-        if bwrap and os.access(bwrap, os.X_OK):
-            return bwrap
-        where = f"at {self.bwrap}" if self.bwrap else "on PATH"
-        raise SandboxUnavailableError(
-            f"python env: bubblewrap is not installed ({where}), so model-written code is not "
-            f"run; install it: apt-get install bubblewrap; {UNSAFE}"
-        )
 
     async def _spawn_unsandboxed(self) -> Interpreter:
         try:
@@ -320,6 +309,27 @@ class PythonSandboxEnv(BaseEnv):
         return "\n".join(part for part in parts if part) or "(no output)"
 
 
+def find_bwrap(path: str | None) -> str:
+    """The bubblewrap binary (``path``, else ``bwrap`` on PATH), or a one-line
+    :class:`SandboxUnavailableError` saying how to install it."""
+    bwrap = path or shutil.which("bwrap")
+    if bwrap and os.access(bwrap, os.X_OK):
+        return bwrap
+    where = f"at {path}" if path else "on PATH"
+    raise SandboxUnavailableError(
+        f"python env: bubblewrap is not installed ({where}), so model-written code is not "
+        f"run; install it: apt-get install bubblewrap; {UNSAFE}"
+    )
+
+
+def preflight(options: Mapping[str, Any]) -> None:
+    """The spec's check before a run loads anything: bubblewrap is there unless the options
+    opt out (a bubblewrap that fails to start is found at the first env start)."""
+    parsed = parse_options(options)
+    if parsed.sandbox != "none":
+        find_bwrap(parsed.bwrap)
+
+
 def _times(count: int) -> str:
     return "once" if count == 1 else f"{count} times"
 
@@ -361,6 +371,7 @@ PYTHON = EnvSpec(
     start_timeout=30.0,
     resources={"cpu": 1.0, "memory_mb": 1024.0},
     validate_options=validate_options,
+    preflight=preflight,
 )
 
 

@@ -449,7 +449,9 @@ def test_the_env_process_dies_with_its_parent(tmp_path):
 
 def test_manager_rejects_options_its_env_factory_does_not_take():
     from envs_builtin.python_sandbox import PYTHON
+    from tests.sandbox_modes import SANDBOX
 
     with pytest.raises(UserError, match=r"envs.python.options: .*'memory_gb'.*takes: .*memory_mb"):
         ResourceManager({"python": PYTHON}, {"python": EnvPoolSettings(options={"memory_gb": 3})})
-    ResourceManager({"python": PYTHON}, {"python": EnvPoolSettings(options={"memory_mb": 300})})
+    good = EnvPoolSettings(options={"memory_mb": 300, "sandbox": SANDBOX})  # none: no bubblewrap
+    ResourceManager({"python": PYTHON}, {"python": good})

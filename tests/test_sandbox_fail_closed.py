@@ -9,7 +9,6 @@ with a fake ``bwrap`` that fails a given number of times and then runs the comma
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import shutil
 import subprocess
@@ -199,27 +198,39 @@ def test_tools_call_option_sandbox_none_runs_unsandboxed_with_a_warning():
     assert wrong.stderr.strip() == "error: --option is for env tools; 'answer' uses no env"
 
 
-def test_a_rollout_without_bubblewrap_stops_at_once_with_the_one_line(
-    tiny_model, tmp_path, monkeypatch
+@pytest.mark.parametrize("command", ["rollout", "train"])
+def test_a_run_without_bubblewrap_stops_before_the_model_with_the_one_line(
+    command, model_loads, tmp_path, monkeypatch
 ):
-    """Not an error observation per tool call: the first env start stops the run, exit 2."""
+    """Not an error observation per tool call, nor a stop at the first call: exit 2 before
+    any model loads (before: the code ran unsandboxed, with a warning)."""
     monkeypatch.setenv("PATH", str(BIN))
-    script = [
-        {"responses": [json_call("python", code="print(1)"), json_call("answer", answer="1")]}
-    ]
-    out = tmp_path / "out.jsonl"
+    calls = [json_call("python", code="print(1)"), json_call("answer", answer="1")]
+    data = write_jsonl(tmp_path / "data.jsonl", [{"question": "1?", "answer": "1"}])
+    out = tmp_path / "out"
     result = agentfly(
-        "rollout", "code_math", "--model", tiny_model, "--backend", "scripted",
-        "--script", write_jsonl(tmp_path / "script.jsonl", script), "--parser", "hermes",
-        "--data", write_jsonl(tmp_path / "data.jsonl", [{"question": "1?", "answer": "1"}]),
-        "--out", out, "--quiet", "--n", "2", "--set", "rollout.stop=[]",
+        command, "code_math", "--model", "tiny", "--data", data, "--out", out, "--quiet",
+        *(["--backend", "scripted", "--script",
+           write_jsonl(tmp_path / "script.jsonl", [{"responses": calls}])]
+          if command == "rollout" else ["--no-warm-start"]),
     )  # fmt: skip
     assert result.exit_code == 2, result.output
-    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "Traceback" not in result.output
-    assert errors[0].startswith(
-        "error: env 'python' cannot start: python env: bubblewrap is not installed"
+    (line,) = [line for line in result.output.splitlines() if line.strip()]
+    assert line.startswith(
+        "error: env 'python' cannot start: python env: bubblewrap is not installed (on PATH)"
     )
-    assert "apt-get install bubblewrap" in errors[0]
-    written = out.read_text() if out.exists() else ""
-    assert [json.loads(line) for line in written.splitlines() if line.strip()] == []
+    assert "apt-get install bubblewrap" in line
+    assert model_loads == [] and not out.exists()
+
+
+def test_the_check_before_the_model_is_only_for_envs_that_start_here(no_bwrap_on_path):
+    from agentfly_cli.envs.manager import ResourceManager
+    from agentfly_cli.settings.envs import EnvPoolSettings
+    from envs_builtin.python_sandbox import PYTHON
+
+    with pytest.raises(UserError, match="env 'python' cannot start: python env: bubblewrap is not"):
+        ResourceManager({"python": PYTHON}, {"python": EnvPoolSettings(provider="process")})
+    for elsewhere in ({"address": "unix:///tmp/agentfly-none.sock"}, {"provider": "ray"}):
+        ResourceManager({"python": PYTHON}, {"python": EnvPoolSettings(**elsewhere)})
+    opted_in = EnvPoolSettings(options={"sandbox": "none"})
+    ResourceManager({"python": PYTHON}, {"python": opted_in})

@@ -15,6 +15,7 @@ from agentfly_cli.rollout.trajectory import read_trajectories
 from agentfly_cli.settings.train import SolutionStep, WarmStartSettings
 from agentfly_cli.train.warm_start import solution_responses, solution_script
 from tests.recipe_checks import agentfly
+from tests.sandbox_modes import SANDBOX_FLAGS
 
 
 def test_a_solution_is_played_from_templates_and_list_fields():
@@ -99,6 +100,7 @@ def test_a_recipe_that_warm_starts_by_default_can_skip_it(tiny_model, tmp_path):
         "train", "code_math", "--model", tiny_model, "--out", run, "--quiet", "--no-warm-start",
         "--steps", "1", "--set", "trainer.tasks_per_step=1", "--set", "rollout.n=2",
         "--set", "trainer.eval.every=0", "--set", "rollout.max_total_tokens=3000",
+        *SANDBOX_FLAGS,
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     assert not (run / "warm_start").exists()
@@ -111,7 +113,7 @@ def test_own_data_without_the_solution_fields_names_the_way_out(tiny_model, tmp_
     data.write_text(json.dumps({"id": "m1", "question": "What is 2 + 3?", "answer": "5"}) + "\n")
     result = agentfly(
         "train", "code_math", "--model", tiny_model, "--data", data, "--out", tmp_path / "run",
-        "--quiet",
+        "--quiet", *SANDBOX_FLAGS,
     )  # fmt: skip
     assert result.exit_code == 2, result.output
     assert "task m1 has no field 'solution'" in result.output

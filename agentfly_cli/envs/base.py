@@ -84,6 +84,12 @@ class EnvSpec(pydantic.BaseModel):
         description="checks envs.<name>.options before a run loads anything; raises ValueError "
         "(a pydantic ValidationError too) naming the bad option",
     )
+    preflight: Callable[[dict[str, Any]], Any] | None = pydantic.Field(
+        None,
+        description="checks, before a run loads anything, that this machine can start the env "
+        "with these options (e.g. a missing binary); only for envs that start here (not a pool "
+        "server's or Ray's); raises UserError naming the fix",
+    )
 
     @pydantic.model_validator(mode="after")
     def _warm_within_max(self) -> EnvSpec:

@@ -55,6 +55,7 @@ class ResourceManager:
             except ValueError as exc:
                 raise UserError(f"envs.{name}: {exc}; lower warm_size or raise pool_max") from None
             check_options(spec, self.configs[name].options)
+            check_can_start_here(spec, self.configs[name])
 
     def pool_max(self, name: str) -> int | None:
         """The most envs of ``name`` this run may hold at once (its pool's cap); None for a
@@ -167,6 +168,17 @@ def check_options(spec: EnvSpec, options: Mapping[str, Any]) -> None:
             f"envs.{spec.name}.options: {exc}; env '{spec.name}' takes: "
             f"{', '.join(accepted) or 'no options'}"
         ) from None
+
+
+def check_can_start_here(spec: EnvSpec, config: EnvPoolSettings) -> None:
+    """The spec's ``preflight`` for envs that start on this machine (not a pool server's, not
+    Ray's): a run without what they need stops before it loads a model."""
+    if spec.preflight is None or config.address or config.provider == "ray":
+        return
+    try:
+        spec.preflight(dict(config.options))
+    except UserError as exc:
+        raise UserError(f"env '{spec.name}' cannot start: {exc}") from None
 
 
 def _check_values(spec: EnvSpec, options: Mapping[str, Any]) -> None:
