@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from agentfly_cli.cli.output import handle_errors, stderr_console, stdout_console, table
 from agentfly_cli.errors import UserError
@@ -47,11 +48,6 @@ def view(
         tok = load_tokenizer_for(trajectory, tokenizer)
     except Exception:  # noqa: BLE001 - a broken folder breaks the loaders in many ways
         tok = None
-    if tok is None and tokenizer is not None:
-        raise UserError(
-            f"--tokenizer {tokenizer!r} is not a tokenizer folder (no tokenizer.json or files "
-            "that transformers reads); pass the model folder the trajectory was made with"
-        )
     pieces = _pieces(trajectory, tok)
     title = f"{path.name} #{index}"
     if html is not None:
@@ -61,8 +57,10 @@ def view(
     console = stdout_console()
     console.print(table(title, ("field", "value"), facts_of(trajectory)))
     if pieces is None:
+        which = f"--tokenizer {tokenizer!r} does not load" if tokenizer else "tokenizer not found"
         stderr_console().print(
-            "[yellow]note:[/yellow] tokenizer not found; showing messages (pass --tokenizer)"
+            f"[yellow]note:[/yellow] {escape(printable(which))}; showing messages "
+            "(pass --tokenizer with the model folder the trajectory was made with)"
         )
         for message in trajectory.messages:
             style = "bold green" if message.get("role") == "assistant" else "grey50"
