@@ -5,9 +5,11 @@ gateway, and its session's segments are the chain's trajectories.
 (``run``, ``backend``, ``envs``, ``settings``, ``chat``, ``sampled_tokens``), so ``agentfly
 rollout``, ``eval`` and ``train`` run agents as they run recipes. Each ``run`` serves the
 gateway on a free local port, in the same event loop as the backend, for as long as it lasts.
-An agent that raises, or outlives ``agent.timeout_s``, is data: its segments keep the error and
-score 0; an episode that made no request is one empty trajectory (nothing to train on, but an
-eval counts it).
+An agent that raises (even ``SystemExit``), outlives ``agent.timeout_s`` (even blocked in sync
+code), or returns no reward or answer (NaN, ``10**400``, a ``str()`` that raises) is data: its
+segments keep the error and score 0 (:mod:`~agentfly_cli.serve.agent_calls` runs each call);
+an episode that made no request is one empty trajectory (nothing to train on, but an eval
+counts it).
 """
 
 from __future__ import annotations
@@ -17,25 +19,16 @@ import inspect
 import logging
 import secrets
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from agentfly_cli.deadlines import within
 from agentfly_cli.errors import UserError
 from agentfly_cli.rollout.trajectory import Trajectory
+from agentfly_cli.serve.agent_calls import AgentCaller, AgentFailed, Plain
 from agentfly_cli.serve.auth import Access
 from agentfly_cli.serve.gateway import Gateway
 from agentfly_cli.serve.limits import UNBOUNDED_SESSIONS, ServeLimits
 
 log = logging.getLogger(__name__)
-
-
-class AgentRaised(Exception):
-    """The agent function raised ``cause``."""
-
-    def __init__(self, cause: BaseException) -> None:
-        super().__init__(str(cause))
-        self.cause = cause
 
 
 def load_agent(entry: str) -> Callable[..., Any]:
@@ -88,7 +81,9 @@ class AgentEngine:
         )  # fmt: skip
         # Agents never see this key: only the engine may list or end sessions (in process).
         self._access = Access(admin_key=secrets.token_urlsafe(32))
-        self._threads: ThreadPoolExecutor | None = None
+        self.calls = AgentCaller(
+            agent, agent_settings.timeout_s, agent_settings.grace_s, agent_settings.max_abandoned
+        )
         self._slots: tuple[Any, asyncio.Semaphore] | None = None
 
     @property
@@ -124,18 +119,13 @@ class AgentEngine:
     ) -> list[Trajectory]:
         session = f"{batch_id}-{index}-{sample}-{secrets.token_urlsafe(16)}"  # unguessable
         self.gateway.open_episode(session)  # the only sessions this gateway serves
-        result, error = None, None
+        result: Plain = None
+        error: str | None = None
         async with self._slots_for_loop():
             try:
-                result = await within(self._call(dict(task), f"{url}/s/{session}/v1"),
-                                      self.agent_settings.timeout_s)  # fmt: skip
-            except AgentRaised as raised:  # the agent's own failure is data
-                error = f"AgentError: {type(raised.cause).__name__}: {raised.cause}"
-            except asyncio.TimeoutError:  # our deadline (the agent's own are AgentRaised)
-                error = (
-                    f"AgentTimeout: the agent did not finish within "
-                    f"{self.agent_settings.timeout_s:g} s (agent.timeout_s)"
-                )
+                result = await self.calls.call(dict(task), f"{url}/s/{session}/v1")
+            except AgentFailed as failed:  # the agent's failure is data
+                error = str(failed)
         episode = self.gateway.close_episode(session)
         segments = episode.trajectories() if episode is not None else []
         if not segments:  # no token to train on, but the episode counts (an eval's 0)
@@ -157,28 +147,14 @@ class AgentEngine:
                 on_finish(trajectory)
         return segments
 
-    async def _call(self, task: dict[str, Any], base_url: str) -> Any:
-        """The agent's result; what it raises comes out as :class:`AgentRaised` (its own
-        TimeoutError must not pass for the episode's deadline)."""
-        try:
-            if inspect.iscoroutinefunction(self.agent):
-                return await self.agent(task, base_url)
-            loop = asyncio.get_running_loop()
-            result = await loop.run_in_executor(self._executor(), self.agent, task, base_url)
-            if inspect.isawaitable(result):
-                result = await result
-            return result
-        except Exception as exc:
-            raise AgentRaised(exc) from exc
-
-    async def _reward(self, result: Any, error: str | None, last: Trajectory, task: Mapping):
-        """The episode's reward: 0 when the agent failed, the number it returned, or the run's
-        reward of the answer it returned."""
+    async def _reward(self, result: Plain, error: str | None, last: Trajectory, task: Mapping):
+        """The episode's reward: 0 when the agent failed, the (finite) number it returned, or
+        the run's reward of the answer it returned."""
         if error is not None:
             return 0.0, None, {"error": error}
-        if isinstance(result, (int, float)) and not isinstance(result, bool):
-            return float(result), None, {}
-        prediction = None if result is None else str(result)
+        if isinstance(result, float):
+            return result, None, {}
+        prediction = result
         if self.reward is None:
             raise UserError(
                 "the agent returned an answer but the run has no reward to score it: add "
@@ -190,13 +166,6 @@ class AgentEngine:
         if scored.failed:
             extras["error"] = scored.error
         return float(scored.reward), prediction, extras
-
-    def _executor(self) -> ThreadPoolExecutor:
-        if self._threads is None:
-            self._threads = ThreadPoolExecutor(
-                self.agent_settings.concurrency, thread_name_prefix="agentfly-agent"
-            )
-        return self._threads
 
     def _slots_for_loop(self) -> asyncio.Semaphore:
         loop = asyncio.get_running_loop()
