@@ -182,24 +182,11 @@ class RolloutEngine:
         async with self.envs.running():
             with _fewer_gc_passes(self.settings.gc_threshold):
                 trajectories = await _all_or_nothing(jobs)
-        self._warn_prompts_too_long(trajectories)
+        if not self._warned_prompt_length:
+            self._warned_prompt_length = warn_if_prompts_too_long(
+                trajectories, self.settings.max_total_tokens
+            )
         return trajectories
-
-    def _warn_prompts_too_long(self, trajectories: Sequence[Trajectory]) -> None:
-        """One warning per engine (a run) when first prompts leave no room for a turn."""
-        cut = [t for t in trajectories if t.finish_reason == "length" and not t.num_turns]
-        if not cut or self._warned_prompt_length:
-            return
-        self._warned_prompt_length = True
-        log.warning(
-            "warning: %d of %d chains ended before their first turn (finish 'length'): their "
-            "first prompt has up to %d tokens, and rollout.max_total_tokens is %d; raise "
-            "rollout.max_total_tokens (or shorten the prompt)",
-            len(cut),
-            len(trajectories),
-            max(len(t.ids) for t in cut),
-            self.settings.max_total_tokens,
-        )
 
     def _chain_slots(self) -> asyncio.Semaphore:
         """The event loop's semaphore of :attr:`chain_limit` slots (one per loop: a semaphore
@@ -516,3 +503,21 @@ async def _all_or_nothing(jobs: list[Any]) -> list[Any]:
     if failures:
         raise failures[0]
     return [task.result() for task in tasks]
+
+
+def warn_if_prompts_too_long(trajectories: Sequence[Trajectory], limit: int) -> bool:
+    """Warn (and return True) when first prompts left no room for a turn: chains that ended
+    with finish ``length`` before their first turn."""
+    cut = [t for t in trajectories if t.finish_reason == "length" and not t.num_turns]
+    if not cut:
+        return False
+    log.warning(
+        "warning: %d of %d chains ended before their first turn (finish 'length'): their "
+        "first prompt has up to %d tokens, and rollout.max_total_tokens is %d; raise "
+        "rollout.max_total_tokens (or shorten the prompt)",
+        len(cut),
+        len(trajectories),
+        max(len(t.ids) for t in cut),
+        limit,
+    )
+    return True
