@@ -254,3 +254,57 @@ def test_a_bad_api_key_in_the_environment_is_one_line(tiny_model, weights_loads)
                    env={"AGENTFLY_SERVE_API_KEY": "tab\there"})  # fmt: skip
     one_line_error(result, "AGENTFLY_SERVE_API_KEY")
     assert weights_loads == []
+
+
+class ServedOnce:
+    """Stands in for uvicorn: ``run`` asks the app a few questions instead of serving."""
+
+    def __init__(self, app, host, port):
+        self.app, self.answers = app, {}
+
+    def run(self, sockets):
+        from starlette.testclient import TestClient
+
+        with TestClient(self.app, base_url="http://127.0.0.1:1") as client:
+            self.answers["no_key"] = client.get("/v1/models").status_code
+            self.answers["key"] = client.get(
+                "/v1/models", headers={"Authorization": f"Bearer {KEY}"}
+            ).status_code
+            self.answers["proxy_host"] = client.get(
+                "/v1/models", headers={"x-api-key": KEY, "Host": "gateway.example"}
+            ).status_code
+
+
+@pytest.fixture
+def served_once(monkeypatch, tiny_chat):
+    """``agentfly serve`` with the scripted backend for the model and ServedOnce for uvicorn."""
+    import agentfly_cli.serve as serve_package
+    import agentfly_cli.serve.server as server
+
+    made = []
+
+    def fake_gateway(model, **options):
+        return Gateway(Replies(tiny_chat, []), tiny_chat, get_parser("hermes"), "tiny")
+
+    def fake_server(app, host, port):
+        made.append(ServedOnce(app, host, port))
+        return made[-1]
+
+    monkeypatch.setattr(serve_package, "build_gateway", fake_gateway)
+    monkeypatch.setattr(server, "uvicorn_server", fake_server)
+    return made
+
+
+def test_serve_takes_its_key_from_the_environment_and_needs_it_on_every_route(
+    tiny_model, served_once
+):
+    result = serve("--model", tiny_model, "--port", "0", env={"AGENTFLY_SERVE_API_KEY": KEY})
+    assert result.exit_code == 0, result.output
+    assert served_once[0].answers == {"no_key": 401, "key": 200, "proxy_host": 200}
+
+
+def test_serve_beyond_loopback_with_a_key_says_every_request_needs_it(tiny_model, served_once):
+    result = serve("--model", tiny_model, "--port", "0", "--host", "0.0.0.0", "--api-key", KEY)
+    assert result.exit_code == 0, result.output
+    assert "every request needs the API key" in result.output
+    assert served_once[0].answers["no_key"] == 401

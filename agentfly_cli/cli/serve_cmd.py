@@ -117,7 +117,9 @@ def serve(
             for trajectory in episode.trajectories():
                 writer.write(trajectory)
 
-    access = Access(api_key=key, loopback_only=loopback)
+    # Host names are checked where no key is: a key already keeps rebinding pages out (and a
+    # reverse proxy in front of a loopback bind sends its own Host).
+    access = Access(api_key=key, loopback_only=loopback and key is None)
     server = uvicorn_server(build_app(gateway, on_episode, access), host, port)
     bound = sock.getsockname()[1]
     console = stderr_console()

@@ -176,7 +176,10 @@ def build_app(gateway: Gateway, on_episode: Any = None, access: Access | None = 
 
 
 async def _chain(first: str, rest: Any) -> Any:
-    """``first``, then the events of ``rest``."""
-    yield first
-    async for event in rest:
-        yield event
+    """``first``, then the events of ``rest`` (closed when the client leaves)."""
+    try:
+        yield first
+        async for event in rest:
+            yield event
+    finally:
+        await rest.aclose()
