@@ -76,6 +76,18 @@ def _unwritable(flag: str, path: Path, exc: OSError, folder: Path | None = None)
     )
 
 
+def rename_target(path: str | os.PathLike) -> Path | None:
+    """Where an all-or-nothing write of ``path`` renames its temporary file to: the file itself,
+    or the file a symbolic link points to (the link stays); ``None`` when ``path`` exists but is
+    not a regular file (``/dev/null``, a FIFO): renaming over it would replace the device (as
+    root, for every process of the machine), so such a path is written in place."""
+    path = Path(path)
+    target = path.resolve() if path.is_symlink() else path
+    if target.exists() and not target.is_file():
+        return None
+    return target
+
+
 LOW_SPACE = 512 * 2**20  # a failed write with less free than this ran out of disk
 _FULL_TEXTS = ("no space left on device", "os error 28", "storagefull")
 

@@ -103,12 +103,16 @@ def _write_page(html: Path, page: str) -> None:
     """Write the page into a temporary file beside ``html``, then rename it: never half a page."""
     import os
 
-    from agentfly_cli.output_paths import write_failed
+    from agentfly_cli.output_paths import rename_target, write_failed
 
-    temp = html.with_name(f".{html.name}.tmp-{os.getpid()}")
+    target = rename_target(html)
+    if target is None:  # a device or FIFO (--html /dev/stdout): written in place
+        html.write_text(page, encoding="utf-8")
+        return
+    temp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
     try:
         temp.write_text(page, encoding="utf-8")
-        os.replace(temp, html)
+        os.replace(temp, target)
     except OSError as err:
         temp.unlink(missing_ok=True)
         kept = f"{html} is as it was" if html.exists() else f"{html} was not written"

@@ -159,24 +159,43 @@ class Trajectory:
 
 
 def write_trajectories(path: str | os.PathLike, trajectories: Iterable[Trajectory]) -> int:
-    """Write trajectories as JSONL, all or nothing: into a temporary file beside ``path``,
-    renamed over it at the end. A failed write (a full disk) removes the temporary file, leaves
+    """Write trajectories as JSONL, all or nothing: into a temporary file beside ``path`` (or
+    the file a link points to), renamed over it at the end; a device or FIFO (``/dev/null``) is
+    written in place, never replaced. A failed write (a full disk) removes the temporary file, leaves
     ``path`` as it was and is one :class:`UserError`. Returns how many were written."""
-    from agentfly_cli.output_paths import write_failed
+    from agentfly_cli.output_paths import rename_target, write_failed
 
     path = Path(path)
-    temp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    target = rename_target(path)
+    if target is None:  # a device or FIFO (--out /dev/null): written in place, never replaced
+        return _write_in_place(path, trajectories)
+    temp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
     count = 0
     try:
         with open(temp, "wb", buffering=0) as out:
             for trajectory in trajectories:
                 _write_all(out.fileno(), _line(trajectory))
                 count += 1
-        os.replace(temp, path)
+        os.replace(temp, target)
     except Exception as err:
         temp.unlink(missing_ok=True)
         kept = f"{path.name} is as it was" if path.exists() else f"{path.name} was not written"
         raise write_failed(path, err, kept) from None
+    return count
+
+
+def _write_in_place(path: Path, trajectories: Iterable[Trajectory]) -> int:
+    """Write into ``path`` as it is (a device or FIFO, which a rename would replace)."""
+    from agentfly_cli.output_paths import write_failed
+
+    count = 0
+    try:
+        with open(path, "wb", buffering=0) as out:
+            for trajectory in trajectories:
+                _write_all(out.fileno(), _line(trajectory))
+                count += 1
+    except OSError as err:
+        raise write_failed(path, err, f"{count} trajectories were written") from None
     return count
 
 
