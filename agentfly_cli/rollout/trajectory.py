@@ -161,8 +161,8 @@ class Trajectory:
 def write_trajectories(path: str | os.PathLike, trajectories: Iterable[Trajectory]) -> int:
     """Write trajectories as JSONL, all or nothing: into a temporary file beside ``path`` (or
     the file a link points to), renamed over it at the end; a device or FIFO (``/dev/null``) is
-    written in place, never replaced. A failed write (a full disk) removes the temporary file, leaves
-    ``path`` as it was and is one :class:`UserError`. Returns how many were written."""
+    written in place, never replaced. A failed write (a full disk) removes the temporary file,
+    leaves ``path`` as it was and is one :class:`UserError`. Returns how many were written."""
     from agentfly_cli.output_paths import rename_target, write_failed
 
     path = Path(path)
