@@ -20,39 +20,18 @@ from typing import Any
 
 from agentfly_cli.rollout.backends.base import Generation, RequestContext, SamplingParams
 from agentfly_cli.serve.capture import Episode, Plan
-from agentfly_cli.serve.limits import LRU, SESSION_ID, ServeLimits
+from agentfly_cli.serve.errors import (  # noqa: F401 (the gateway's errors, importable from here)
+    RequestError,
+    SessionEnded,
+    TooManySessions,
+    UnknownSession,
+)
+from agentfly_cli.serve.limits import LRU, ServeLimits
+from agentfly_cli.serve.sessions import Sessions
 
 MAX_N = 16
 SEED_RANGE = (-(2**63), 2**63 - 1)  # a 64-bit seed (a choice's own is seed + its index)
 INLINE_RENDER_CHARS = 8192  # a request's new text up to this renders on the loop, else a thread
-
-
-class RequestError(ValueError):
-    """A request the API refuses (HTTP 400), with the parameter at fault."""
-
-    status = 400
-
-    def __init__(self, message: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.param = param
-
-
-class SessionEnded(RequestError):
-    """A request to a session that has ended (HTTP 409)."""
-
-    status = 409
-
-
-class UnknownSession(RequestError):
-    """A session this gateway does not open on request (HTTP 404)."""
-
-    status = 404
-
-
-class TooManySessions(RequestError):
-    """A new session while ``limits.max_sessions`` are open (HTTP 429)."""
-
-    status = 429
 
 
 def context_limit(backend: Any) -> float:
@@ -103,86 +82,45 @@ class Gateway:
         self.sampling = sampling
         self.max_prompt_tokens = max_prompt_tokens
         self.limits = limits or ServeLimits()
-        self.open_on_request = open_on_request
-        self.episodes: dict[str, Episode] = {}
+        self.sessions = Sessions(self.limits, open_on_request=open_on_request, on_close=self._ended)
         self.on_close: Any = None  # called with each episode that ends (e.g. to write it)
         self.sampled_tokens = 0
-        self._closed: dict[str, str] = {}  # ended sessions -> why (ordered; the newest kept)
         self._eot = set(chat.eot_token_ids)
         self._stop_cache = LRU(self.limits.stop_cache_size)
         self._typed_parsers: dict[str, Any] = {}  # request tools (as JSON) -> typed parser
-        self._swept = time.monotonic()
 
     @property
     def eot_ids(self) -> set[int]:
         """The template's end-of-turn ids (a reply's last id when the model ended its turn)."""
         return self._eot
 
-    # ---- sessions ---------------------------------------------------------------------------
+    # ---- sessions (sessions.py) -------------------------------------------------------------
+    @property
+    def episodes(self) -> dict[str, Episode]:
+        """The open sessions' episodes, by session id."""
+        return self.sessions.episodes
+
     def episode(self, session: str) -> Episode:
-        """The session's episode, opened on first use (where the gateway opens sessions on
-        request); an ended, unknown or badly named session is refused."""
-        episode = self.episodes.get(session)
-        if episode is None:
-            check_session_id(session)
-            self.expire_idle()
-            if session in self._closed:
-                raise SessionEnded(f"session {session!r} has ended{self._closed[session]}; "
-                                   "start a new one")  # fmt: skip
-            if not self.open_on_request:
-                raise UnknownSession(f"no open session {session!r}; use the base URL you "
-                                     "were given")  # fmt: skip
-            episode = self.open_episode(session)
-        return episode
+        """The session's episode, opened on first use where sessions open on request."""
+        return self.sessions.get(session)
 
     def open_episode(self, session: str) -> Episode:
-        """Open ``session`` (refused beyond ``limits.max_sessions``)."""
-        check_session_id(session)
-        bound = self.limits.max_sessions
-        if bound is not None and len(self.episodes) >= bound:
-            self.expire_idle(force=True)
-            if len(self.episodes) >= bound:
-                raise TooManySessions(
-                    f"{len(self.episodes)} sessions are open, the most this gateway keeps "
-                    "(agentfly serve --max-sessions); end some with /sessions/ID/end"
-                )
-        episode = self.episodes[session] = Episode(session, group_id=session)
-        episode.last_used = time.monotonic()
-        return episode
+        """Open ``session`` (the agent engine's, before its agent runs)."""
+        return self.sessions.open(session)
 
     def close_episode(
         self, session: str, reward: float | None = None, *, checked: bool = False, why: str = ""
     ) -> Episode | None:
-        """End a session: its episode (with ``reward`` set), no longer in the gateway; later
-        requests to it are refused (an agent that outlived its episode). An unknown session
-        is None and stays free to open. ``checked``: a badly named one is a RequestError."""
-        if checked:
-            check_session_id(session)
-        episode = self.episodes.pop(session, None)
-        if episode is None:
-            return None
-        self._closed[session] = why
-        if len(self._closed) > 100_000:
-            self._closed.pop(next(iter(self._closed)))
-        if reward is not None:
-            episode.reward = reward
-        if self.on_close is not None:
-            self.on_close(episode)
-        return episode
+        """End a session (:meth:`.Sessions.close`): its episode, or None when unknown."""
+        return self.sessions.close(session, reward, checked=checked, why=why)
 
     def expire_idle(self, *, force: bool = False) -> int:
-        """End the sessions idle for ``limits.session_idle_s`` (none with a request under
-        way); at most one sweep a second unless ``force``. How many ended."""
-        idle = self.limits.session_idle_s
-        now = time.monotonic()
-        if idle is None or (not force and now - self._swept < 1.0):
-            return 0
-        self._swept = now
-        stale = [e.id for e in list(self.episodes.values())
-                 if not e.busy and now - e.last_used > idle]  # fmt: skip
-        for session in stale:
-            self.close_episode(session, why=f" (idle for over {idle:g} s)")
-        return len(stale)
+        """End the idle sessions (:meth:`.Sessions.expire_idle`); how many ended."""
+        return self.sessions.expire_idle(force=force)
+
+    def _ended(self, episode: Episode) -> None:
+        if self.on_close is not None:
+            self.on_close(episode)
 
     # ---- requests ---------------------------------------------------------------------------
     def check(self, body: Any) -> tuple[list[dict[str, Any]], Sampling]:
@@ -262,7 +200,7 @@ class Gateway:
             )
             sampling = dataclasses.replace(sampling, params=params)
         if session is None:
-            if not self.open_on_request:
+            if not self.sessions.open_on_request:
                 raise UnknownSession("this gateway serves session URLs only (/s/ID/v1)")
             anonymous = f"anon-{secrets.token_urlsafe(16)}"
             episode = Episode(anonymous, group_id=anonymous)
@@ -452,13 +390,6 @@ def _render_size(messages: list[dict[str, Any]], tools: Any) -> bool:
         if size > INLINE_RENDER_CHARS:
             return True
     return bool(tools) and size + len(str(tools)) > INLINE_RENDER_CHARS
-
-
-def check_session_id(session: str) -> None:
-    """A session id of ``[A-Za-z0-9._~-]{1,128}`` (what a URL carries unchanged)."""
-    if not isinstance(session, str) or SESSION_ID.fullmatch(session) is None:
-        shown = session if isinstance(session, str) and len(session) <= 40 else "this one"
-        raise RequestError(f"session id {shown!r} is not 1-128 of A-Z a-z 0-9 . _ ~ -", "session")
 
 
 def _check_message(i: int, message: Any) -> None:
