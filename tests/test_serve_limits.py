@@ -179,6 +179,10 @@ def test_a_seed_out_of_range_is_a_400_for_that_request_only(tiny_chat):
                 client.chat.completions.create(seed=seed, **HI)
             assert info.value.body["param"] == "seed"
         assert client.chat.completions.create(seed=2**63 - 1, **HI).choices[0].message.content
+    checked = gateway.check({**HI, "seed": 2**63 - 1, "n": 3})[1]
+    seeds = [gateway.request_args(checked, gateway.open_episode("n3"), i)[0].seed
+             for i in range(3)]  # fmt: skip
+    assert seeds == [2**63 - 1, -(2**63), -(2**63) + 1]  # each choice's own, still 64-bit
 
 
 @pytest.fixture(scope="module")
@@ -220,6 +224,8 @@ def test_a_conversation_over_the_hf_models_context_is_refused(hf_backend, tiny_c
         message = refused.json()["error"]["message"]
         assert f"context ({limit} tokens)" in message
         assert int(re.search(r"\((\d+) tokens\) does not fit", message).group(1)) > limit
+        streamed = httpx.post(f"{url}/s/long/v1/chat/completions", json={**body, "stream": True})
+        assert streamed.status_code == 400 and "does not fit" in streamed.json()["error"]["message"]
         assert gateway.episodes["long"].segments == [] and gateway.sampled_tokens == 0
 
 

@@ -297,10 +297,13 @@ class Gateway:
     def request_args(
         self, sampling: Sampling, episode: Episode, index: int
     ) -> tuple[SamplingParams, RequestContext]:
-        """Choice ``index``'s sampling parameters (its own seed) and request context."""
+        """Choice ``index``'s sampling parameters (its own seed, kept a signed 64-bit
+        integer) and request context."""
         params = sampling.params
         if params.seed is not None and index:
-            params = SamplingParams(**{**params.__dict__, "seed": params.seed + index})
+            seed = params.seed + index
+            seed = seed - 2**64 if seed > SEED_RANGE[1] else seed  # wraps, as int64 would
+            params = SamplingParams(**{**params.__dict__, "seed": seed})
         return params, RequestContext(0, index, episode.requests, episode.group_id, episode.id)
 
     async def _sample(
