@@ -23,6 +23,12 @@ _FIXES = {
     "`agentfly serve` to see why",
     "AgentTimeout": "raise agent.timeout_s, or find where the agent waits (fewer episodes at "
     "once: agent.concurrency)",
+    "AgentExit": "the agent function called sys.exit(): return from it instead (a number is "
+    "the reward, text the answer)",
+    "AgentInterrupt": "the agent function raised KeyboardInterrupt: return or raise an "
+    "ordinary exception instead",
+    "AgentBadResult": "return a finite number (the reward) or a str (the answer the run's "
+    "reward scores) from the agent function",
 }
 _DEFAULT_FIX = (
     "fix the cause above (the backend, the model, the chat template) and run again; "
