@@ -5,6 +5,7 @@ blocks its loop, ``sys.exit()``, ``KeyboardInterrupt``, NaN, ``10**400`` and a r
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -15,7 +16,9 @@ import pytest
 from typer.testing import CliRunner
 
 from agentfly_cli.cli.app import build_app
-from agentfly_cli.rollout.trajectory import read_trajectories
+from agentfly_cli.errors import UserError
+from agentfly_cli.rollout.outcome import check_some_chain_ran
+from agentfly_cli.rollout.trajectory import Trajectory, read_trajectories
 from agentfly_cli.serve.agent_calls import AgentFailed, failure_of, plain
 from tests.test_trainer import ON_CPU, recipe  # noqa: F401 (fixture)
 
@@ -96,6 +99,11 @@ def interrupts(task, base_url):
 def nan(task, base_url):
     ask(task, base_url)
     return math.nan if failing(task) else 1.0
+
+
+def nan_on_odd(task, base_url):
+    ask(task, base_url)
+    return math.nan if int(task["question"].split()[2]) % 2 else 1.0
 
 
 def huge(task, base_url):
@@ -303,3 +311,42 @@ def test_what_an_agent_raises_is_named_even_when_its_text_raises():
     assert str(failure_of(SystemExit("bye"))) == "AgentExit: the agent called sys.exit(bye)"
     named = "AgentError: Sneaky: <Sneaky whose str() raised RuntimeError>"
     assert str(failure_of(Sneaky())) == named
+
+
+@pytest.mark.timeout(180)
+def test_training_on_an_agent_that_returns_nan_counts_the_episodes_and_keeps_the_loss_finite(
+    recipe,  # noqa: F811
+    agents,
+    tmp_path,
+):
+    run_dir = tmp_path / "run"
+    fields = recipe["fields"]
+    args = ["train", "calculator", "--model", fields["model"], "--agent", f"{agents}:nan_on_odd",
+            "--data", fields["data.path"], "--reward", fields["reward"], "--out", str(run_dir),
+            "--quiet", "--steps", "1", "--set", "trainer.shuffle=false"]  # fmt: skip
+    for item in [*recipe["sets"], *ON_CPU, *FAST]:
+        args += ["--set", item]
+    result = CliRunner().invoke(build_app(), args)
+    assert result.exit_code == 0, result.output
+    (line,) = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert line["finish/abort"] == 0.5  # the odd task's three episodes of six: counted
+    assert line["reward/mean"] == 0.5  # 0 for those, not NaN
+    trajectories = read_trajectories(run_dir / "trajectories" / "step-000001.jsonl")
+    failed = [t for t in trajectories if t.error]
+    assert len(failed) == 3 and all(t.error.startswith("AgentBadResult: ") for t in failed)
+    assert all(math.isfinite(v) for v in line.values() if isinstance(v, float))
+
+
+@pytest.mark.parametrize(
+    ("error", "fix"),
+    [
+        ("AgentExit: the agent called sys.exit(3)", "called sys.exit(): return from it"),
+        ("AgentInterrupt: the agent raised KeyboardInterrupt", "raise an ordinary exception"),
+        ("AgentBadResult: the agent returned nan, not a finite reward", "return a finite number"),
+    ],
+)
+def test_a_run_whose_every_agent_failed_names_the_fix(error, fix):
+    chains = [Trajectory(finish_reason="abort", error=error) for _ in range(2)]
+    with pytest.raises(UserError) as raised:
+        check_some_chain_ran(chains)
+    assert error in str(raised.value) and fix in str(raised.value)
