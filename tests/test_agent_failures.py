@@ -4,12 +4,14 @@ blocks its loop, ``sys.exit()``, ``KeyboardInterrupt``, NaN, ``10**400`` and a r
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -19,7 +21,7 @@ from agentfly_cli.cli.app import build_app
 from agentfly_cli.errors import UserError
 from agentfly_cli.rollout.outcome import check_some_chain_ran
 from agentfly_cli.rollout.trajectory import Trajectory, read_trajectories
-from agentfly_cli.serve.agent_calls import AgentFailed, failure_of, plain
+from agentfly_cli.serve.agent_calls import AgentCaller, AgentFailed, failure_of, plain
 from tests.test_trainer import ON_CPU, recipe  # noqa: F401 (fixture)
 
 pytest.importorskip("openai", reason="the openai SDK is a dev dependency")
@@ -350,3 +352,63 @@ def test_a_run_whose_every_agent_failed_names_the_fix(error, fix):
     with pytest.raises(UserError) as raised:
         check_some_chain_ran(chains)
     assert error in str(raised.value) and fix in str(raised.value)
+
+
+def call_agent(fn, *, timeout_s: float = 2.0, grace_s: float = 0.2, max_abandoned: int = 4):
+    """``fn``'s plain result through an :class:`AgentCaller`, or its :class:`AgentFailed`."""
+    caller = AgentCaller(fn, timeout_s, grace_s, max_abandoned)
+
+    async def main():
+        try:
+            return await caller.call({}, "http://x/v1")
+        except AgentFailed as failed:
+            return failed
+
+    return asyncio.run(main()), caller
+
+
+@pytest.mark.parametrize(
+    ("raised", "kind"), [(SystemExit(4), "AgentExit"), (KeyboardInterrupt(), "AgentInterrupt")]
+)
+def test_an_async_agent_that_exits_or_interrupts_is_its_own_failure(raised, kind):
+    async def agent(task, base_url):
+        await asyncio.sleep(0)
+        raise raised
+
+    outcome, _ = call_agent(agent)
+    assert isinstance(outcome, AgentFailed) and outcome.kind == kind
+
+
+@pytest.mark.timeout(30)
+def test_an_abandoned_thread_is_counted_until_it_ends():
+    release = threading.Event()
+    outcome, caller = call_agent(lambda task, url: release.wait(20), timeout_s=0.2)
+    assert isinstance(outcome, AgentFailed) and "was abandoned" in str(outcome)
+    assert caller.abandoned == 1 and caller.abandoned_total == 1
+    release.set()
+    for _ in range(100):
+        if caller.abandoned == 0:
+            break
+        time.sleep(0.02)
+    assert caller.abandoned == 0 and caller.abandoned_total == 1  # it ended: no longer held
+
+
+@pytest.mark.timeout(30)
+def test_cancelling_the_run_cancels_an_async_agent_and_is_not_its_failure():
+    finished = threading.Event()
+
+    async def agent(task, base_url):
+        try:
+            await asyncio.sleep(20)
+        finally:
+            finished.set()
+
+    async def main():
+        call = asyncio.ensure_future(AgentCaller(agent, 20, 0.2, 4).call({}, "http://x/v1"))
+        await asyncio.sleep(0.2)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+
+    asyncio.run(main())
+    assert finished.wait(5)  # the agent's own loop was told to stop
