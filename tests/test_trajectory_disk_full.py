@@ -140,3 +140,37 @@ def test_a_file_that_is_not_json_text_is_one_line(tmp_path, content, fragment):
 def test_a_folder_is_not_a_trajectory_file(tmp_path):
     with pytest.raises(UserError, match="is a folder, not a trajectory file"):
         read_trajectories(tmp_path)
+
+
+def test_the_stream_writer_feeds_a_fifo(tmp_path):
+    """`rollout --out FIFO` (or /dev/stdout piped on): a pipe cannot seek; the writer streamed
+    into it before the cut-back was added, and still does (it raised 'Illegal seek')."""
+    import threading
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    received = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    with TrajectoryWriter(fifo) as writer:
+        writer.write(chain(0))
+        writer.write(chain(1))
+    reader.join(10)
+    assert received and received[0].count(b"\n") == 2
+    assert [json.loads(line)["group_id"] for line in received[0].splitlines()] == ["g0", "g1"]
+
+
+def test_appending_after_a_crashed_runs_half_line_keeps_every_line_whole(tmp_path):
+    """A run killed mid-line left half a record; the next ``append`` lines were glued onto it,
+    so the file held a corrupt line in the middle and no reader could load it."""
+    path = tmp_path / "record.jsonl"
+    whole = (json.dumps(chain(0).to_dict()) + "\n").encode()
+    path.write_bytes(whole + whole[:40])
+    with TrajectoryWriter(path, append=True) as writer:
+        writer.write(chain(1))
+    assert [t.group_id for t in read_trajectories(path)] == ["g0", "g1"]
+    last = json.dumps(chain(2).to_dict()).encode()  # a whole record without its newline: kept
+    path.write_bytes(whole + last)
+    with TrajectoryWriter(path, append=True) as writer:
+        writer.write(chain(3))
+    assert [t.group_id for t in read_trajectories(path)] == ["g0", "g2", "g3"]

@@ -236,8 +236,42 @@ class TrajectoryWriter:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(self.path, "ab" if append else "wb", buffering=0)  # noqa: SIM115
-        self._complete = self._file.tell()  # bytes of complete lines
+        self._seekable = self._file.seekable()  # a FIFO or pipe (--out /dev/stdout) is not
+        if append and self._seekable:
+            self._end_last_line()
+        self._complete = self._file.tell() if self._seekable else 0  # bytes of complete lines
         self.count = 0
+
+    def _end_last_line(self) -> None:
+        """A file that ends mid-line (a crashed run's half record) is cut back to its last
+        complete line; a whole record without its newline gets one. Appended lines then
+        never glue onto it."""
+        import json
+
+        fd = self._file.fileno()
+        with open(self.path, "rb") as source:
+            size = os.fstat(source.fileno()).st_size
+            start = size
+            while start > 0:  # the last line's start: after the last newline
+                step = min(start, 1 << 16)
+                source.seek(start - step)
+                found = source.read(step).rfind(b"\n")
+                if found >= 0:
+                    start -= step - found - 1
+                    break
+                start -= step
+            if start == size:  # empty, or it ends with a newline
+                return
+            source.seek(start)
+            tail = source.read()
+        try:
+            whole = isinstance(json.loads(tail), dict)
+        except (ValueError, RecursionError):
+            whole = False
+        if whole:
+            _write_all(fd, b"\n")
+        else:
+            os.ftruncate(fd, start)
 
     def write(self, trajectory: Trajectory) -> None:
         try:
@@ -248,11 +282,15 @@ class TrajectoryWriter:
 
             kept = f"its {self.count} complete lines are kept"
             raise write_failed(self.path, err, kept) from None
-        self._complete = os.lseek(self._file.fileno(), 0, os.SEEK_CUR)
+        if self._seekable:
+            self._complete = os.lseek(self._file.fileno(), 0, os.SEEK_CUR)
         self.count += 1
 
     def _cut_back(self) -> None:
-        """Truncate the file to its complete lines (best effort: the disk may be gone)."""
+        """Truncate the file to its complete lines (best effort: the disk may be gone; a pipe
+        cannot be cut back)."""
+        if not self._seekable:
+            return
         try:
             os.ftruncate(self._file.fileno(), self._complete)
             os.lseek(self._file.fileno(), self._complete, os.SEEK_SET)
