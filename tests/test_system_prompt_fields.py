@@ -29,14 +29,38 @@ def test_a_field_only_some_rows_have_counts_the_rows_that_lack_it():
         check_system_prompt("Level {level}.", TASKS)
 
 
+# A JSON tool-call example, or any brace that is not a {field}, is the prompt's own text: it
+# used to pass through unchanged, and must not stop the run (or swallow the fields around it).
+JSON_EXAMPLE = 'Call it as {"name": "calc", "arguments": {"expression": "2+3"}}.'
+
+
 @pytest.mark.parametrize(
-    ("prompt", "fragment"),
-    [("Reply {", "not a valid template"), ("Use {} here", "needs a field name"),
-     ("Use {0}", "needs a field name")],
-)  # fmt: skip
-def test_a_broken_template_is_an_error(prompt, fragment):
-    with pytest.raises(UserError, match=fragment):
-        check_system_prompt(prompt, TASKS)
+    "prompt",
+    [JSON_EXAMPLE, "Reply {", "Use {} here", "Use {0}", "a } b", 'Set {"a": 1}}', "{ question }"],
+)
+def test_braces_that_are_not_a_field_stay_literal(prompt):
+    check_system_prompt(prompt, TASKS)
+    assert opening_messages(TASKS[0], prompt)[0]["content"] == prompt
+
+
+def test_fields_are_filled_beside_a_json_example():
+    prompt = "Solve {question} (level {level}). " + JSON_EXAMPLE
+    check_system_prompt(prompt, TASKS[:1])
+    content = opening_messages(TASKS[0], prompt)[0]["content"]
+    assert content == "Solve 2+3? (level 1). " + JSON_EXAMPLE
+    with pytest.raises(UserError, match=r"uses \{quesiton\}"):
+        check_system_prompt("Solve {quesiton}. " + JSON_EXAMPLE, TASKS)
+
+
+def test_attributes_indices_and_format_specs_are_filled_and_checked():
+    tasks = [{"question": "q", "meta": {"kind": "sum"}, "steps": [3, 4], "score": 0.5}]
+    prompt = "{meta[kind]} {steps[1]} {score:.2f} {question!r} {{question}}"
+    check_system_prompt(prompt, tasks)
+    assert opening_messages(tasks[0], prompt)[0]["content"] == "sum 4 0.50 'q' {question}"
+    with pytest.raises(UserError, match=r"\{meta\[knd\]\}.*KeyError"):
+        check_system_prompt("{meta[knd]}", tasks)
+    with pytest.raises(UserError, match=r"\{question:d\}"):
+        check_system_prompt("{question:d}", tasks)
 
 
 def test_known_fields_are_filled_and_doubled_braces_stay_literal():

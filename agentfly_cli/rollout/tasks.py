@@ -6,6 +6,7 @@ conversation), plus any other fields; rewards receive those fields by name.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import string
@@ -235,27 +236,36 @@ def check_system_prompt(
     source: str = "the data",
     key: str = "chat.system_prompt",
 ) -> None:
-    """Raise a UserError unless every ``{field}`` of ``system_prompt`` is a field of every task
-    that uses it (a task with its own system message does not). Literal braces are ``{{ }}``."""
+    """Raise a UserError unless every ``{field}`` of ``system_prompt`` fills from every task that
+    uses it (a task with its own system message does not). Only ``{name}``, ``{name.attr}`` and
+    ``{name[key]}`` (with an optional ``!r`` and format spec) are fields: other braces, such as a
+    JSON example, are literal text; ``{{name}}`` is a literal ``{name}``."""
     if not system_prompt:
         return
+    fields = [part for part in _prompt_parts(system_prompt) if isinstance(part, _Field)]
+    if not fields:
+        return
     escape = "write a literal brace as {{ or }}"
-    try:
-        names = [f for _, f, _, _ in string.Formatter().parse(system_prompt) if f is not None]
-    except ValueError as exc:
-        raise UserError(f"{key}: not a valid template ({exc}); {escape}") from None
-    roots = dict.fromkeys(re.split(r"[.\[]", name, maxsplit=1)[0] for name in names)
-    if "" in roots or any(root.isdigit() for root in roots):
-        raise UserError(f"{key}: a placeholder needs a field name, e.g. {{question}}; {escape}")
     using = [task for task in tasks if not _own_system(task)]
-    for root in roots:
+    for root in dict.fromkeys(field.root for field in fields):
         lacking = [task for task in using if root not in task]
         if lacking:
-            fields = ", ".join(map(str, lacking[0])) or "none"
+            names = ", ".join(map(str, lacking[0])) or "none"
             raise UserError(
                 f"{key} uses {{{root}}}, which {len(lacking)} of the {len(using)} tasks of "
-                f"{source} lack (the first has: {fields}); fix the name or {escape}"
+                f"{source} lack (the first has: {names}); fix the name or {escape}"
             )
+    for field in fields:
+        if field.source == f"{{{field.root}}}":
+            continue  # a present field always fills
+        for task in using:
+            try:
+                field.fill(task)
+            except _FILL_ERRORS as exc:
+                raise UserError(
+                    f"{key}: {field.source} does not fit the tasks of {source} "
+                    f"({type(exc).__name__}: {exc}); fix it or {escape}"
+                ) from None
 
 
 def _own_system(task: Mapping[str, Any]) -> bool:
@@ -265,13 +275,77 @@ def _own_system(task: Mapping[str, Any]) -> bool:
     )
 
 
-class _Fields(dict):
-    def __missing__(self, key: str) -> str:
-        return "{" + key + "}"
+# A field: a name, then .attr or [key] parts, an optional !r/!s/!a and a format spec of
+# str.format's mini-language (no spaces, so '{name: "calc"}' is text, not a field).
+_FIELD = re.compile(
+    r"\{(?P<name>[^\W\d]\w*(?:\.[^\W\d]\w*|\[[^\[\]{}]+\])*)(?P<conversion>![rsa])?"
+    r"(?P<spec>:(?:[^{}]?[<>=^])?[-+]?z?#?0?\d*[,_]?(?:\.\d+)?[bcdeEfFgGnosxX%]?)?\}"
+)
+_FILL_ERRORS = (LookupError, AttributeError, ValueError, TypeError)
+
+
+class _Field:
+    def __init__(self, match: re.Match[str]) -> None:
+        self.source = match.group(0)
+        self.name = match.group("name")
+        self.root = re.split(r"[.\[]", self.name, maxsplit=1)[0]
+        self.conversion = (match.group("conversion") or "")[1:] or None
+        self.spec = (match.group("spec") or ":")[1:]
+
+    def fill(self, task: Mapping[str, Any]) -> str:
+        formatter = string.Formatter()
+        value, _ = formatter.get_field(self.name, (), task)
+        return format(formatter.convert_field(value, self.conversion), self.spec)
+
+
+@functools.lru_cache(maxsize=64)
+def _prompt_parts(text: str) -> tuple[str | _Field, ...]:
+    """``text`` as literal text and fields. ``{{`` is a literal ``{`` and the ``}}`` that closes
+    it a literal ``}``; any other brace is itself (a JSON example's ``}}`` stays ``}}``)."""
+    parts: list[str | _Field] = []
+    literal: list[str] = []
+    escaped: list[bool] = []  # the open braces: doubled ({{) or not
+    i = 0
+    while (brace := _BRACE.search(text, i)) is not None:
+        at = brace.start()
+        literal.append(text[i:at])
+        field = _FIELD.match(text, at)
+        if text.startswith("{{", at):
+            literal.append("{")
+            escaped.append(True)
+            i = at + 2
+        elif field is not None:
+            parts.append("".join(literal))
+            literal = []
+            parts.append(_Field(field))
+            i = field.end()
+        elif text[at] == "{":
+            literal.append("{")
+            escaped.append(False)
+            i = at + 1
+        else:
+            doubled = text.startswith("}}", at) and (not escaped or escaped[-1])
+            literal.append("}")
+            if escaped:
+                escaped.pop()
+            i = at + (2 if doubled else 1)
+    literal.append(text[i:])
+    parts.append("".join(literal))
+    return tuple(part for part in parts if part != "")
+
+
+_BRACE = re.compile(r"[{}]")
 
 
 def _fill(text: str, task: Mapping[str, Any]) -> str:
-    try:
-        return text.format_map(_Fields(task))
-    except (ValueError, IndexError, AttributeError):
-        return text
+    """``text`` with the task's fields filled; a field that does not fill stays as written."""
+    out = []
+    for part in _prompt_parts(text):
+        if isinstance(part, str):
+            out.append(part)
+            continue
+        try:
+            out.append(part.fill(task))
+        except _FILL_ERRORS:
+            out.append(part.source)
+    return "".join(out)
