@@ -148,3 +148,30 @@ def test_bad_runs_and_outputs_are_one_line(tmp_path, arguments, fragments):
     one_line_error(agentfly("export", *argv, "--force"), *fragments)
     assert snapshot(tmp_path) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "norun", "run"]
+
+
+def test_force_keeps_an_earlier_export_that_also_holds_the_users_files(tmp_path):
+    """The marker says an export wrote the folder, not that it wrote everything in it: a file
+    the user added there afterwards was deleted by --force."""
+    run, out = make_run(tmp_path / "run"), tmp_path / "exported"
+    assert agentfly("export", run, out).exit_code == 0
+    (out / "notes.txt").write_text("the user's")
+    (out / "eval").mkdir()
+    (out / "eval" / "scores.json").write_text("{}")
+    before = snapshot(out)
+    one_line_error(agentfly("export", run, out, "--force"), "did not write", "notes.txt")
+    assert snapshot(out) == before
+
+
+def test_ctrl_c_during_the_copy_leaves_no_temporary_folder(tmp_path, monkeypatch):
+    run = make_run(tmp_path / "run")
+
+    def copy_interrupted(src, dst, *args, **kwargs):
+        Path(dst).mkdir(parents=True)
+        (Path(dst) / "model.safetensors").write_bytes(b"\0" * 64)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(export_module.shutil, "copytree", copy_interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        export_module.export_model(run, tmp_path / "new" / "exported")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no temp, no new/

@@ -43,11 +43,17 @@ def export_model(run_dir: str | Path, out: str | Path, *, force: bool = False) -
     temp = target.with_name(f".{target.name}.export-tmp-{os.getpid()}")
     try:
         shutil.copytree(source, temp, symlinks=False)
-        marker = {"written_by": "agentfly export", "source": str(source.resolve())}
+        marker = {
+            "written_by": "agentfly export",
+            "source": str(source.resolve()),
+            "files": sorted(_entries(temp)),  # what --force may replace, and nothing else
+        }
         (temp / MARKER).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
-    except Exception as err:
+    except BaseException as err:  # Ctrl-C too: a model's copy is big, leave none of it
         shutil.rmtree(temp, ignore_errors=True)
         remove_empty(created)
+        if not isinstance(err, Exception):
+            raise
         kept = f"{out} is as it was" if out.exists() else f"{out} was not created"
         raise write_failed(out, err, kept) from None
     _swap(temp, target)
@@ -73,12 +79,36 @@ def _check_replaceable(out: Path, force: bool) -> None:
         raise UserError(f"{out} is a file; pass a folder to write the model into")
     if not force:
         raise UserError(f"{out} exists; pass --force to replace it or pick another folder")
-    if (out / MARKER).is_file() or not any(out.iterdir()):
+    if not any(out.iterdir()):
         return
+    if not (out / MARKER).is_file():
+        foreign = f"no {MARKER}"
+    else:
+        foreign = ", ".join(sorted(_entries(out) - _written(out / MARKER) - {MARKER})[:3])
+        if not foreign:
+            return
     raise UserError(
-        f"{out} holds files that `agentfly export` did not write (no {MARKER}), so --force "
+        f"{out} holds files that `agentfly export` did not write ({foreign}), so --force "
         "does not replace it; pick another folder, or remove it yourself"
     )
+
+
+def _entries(folder: Path) -> set[str]:
+    """Every file and folder under ``folder`` (links not followed), as relative paths."""
+    found = set()
+    for top, folders, files in os.walk(folder):
+        for name in folders + files:
+            found.add(str((Path(top) / name).relative_to(folder)))
+    return found
+
+
+def _written(marker: Path) -> set[str]:
+    """The paths an earlier export's marker lists (none if it cannot be read)."""
+    try:
+        files = json.loads(marker.read_text(encoding="utf-8")).get("files")
+    except (OSError, ValueError, AttributeError):
+        return set()
+    return {str(f) for f in files} if isinstance(files, list) else set()
 
 
 def _swap(temp: Path, target: Path) -> None:
