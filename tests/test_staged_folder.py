@@ -58,3 +58,29 @@ def test_a_chain_whose_reward_is_nan_is_below_any_min_reward():
     chains = [Trajectory(ids=[1, 2], loss_mask=[0, 1], reward=r) for r in (1.0, float("nan"))]
     kept, dropped = select_chains(chains, 0.5)
     assert [t.reward for t in kept] == [1.0] and dropped["below_min_reward"] == 1
+
+
+def test_a_failed_swap_while_publishing_puts_the_earlier_folder_back(tmp_path, monkeypatch):
+    """Publishing moves the earlier model aside, then the new one in: when that second rename
+    failed, OUT had no model at all (the earlier one sat in a hidden .old- folder)."""
+    import os
+
+    from agentfly_cli.train import staged_folder as module
+
+    out = tmp_path / "out"
+    (out / "model").mkdir(parents=True)
+    (out / "model" / "old.bin").write_text("old")
+    real_replace = os.replace
+
+    def replace(src, dst):
+        if "staging" in str(src) and str(dst).endswith("model"):
+            raise OSError(errno.EXDEV, "Invalid cross-device link")
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(module.os, "replace", replace)
+    with pytest.raises(UserError, match="cannot write.*may hold part of this run's output"):
+        with staged_folder(out, replaces=("model",)) as stage:
+            (stage / "model").mkdir()
+            (stage / "model" / "new.bin").write_text("new")
+    assert sorted(p.name for p in out.iterdir()) == ["model"]
+    assert [p.name for p in (out / "model").iterdir()] == ["old.bin"]

@@ -30,14 +30,21 @@ def staged_folder(out: Path, *, replaces: Iterable[str] = ()) -> Iterator[Path]:
     except OSError as err:
         remove_empty(created)
         raise write_failed(stage, err, f"{out} is as it was") from None
+    publishing = False
     try:
         yield stage
+        publishing = True
         _publish(stage, out, replaces)
     except BaseException as err:
         shutil.rmtree(stage, ignore_errors=True)
         remove_empty(created)
         if isinstance(err, OSError):
-            raise write_failed(out, err, f"{out} holds no output of this run") from None
+            kept = (
+                f"{out} may hold part of this run's output; a folder it replaces is kept"
+                if publishing
+                else f"{out} holds no output of this run"
+            )
+            raise write_failed(out, err, kept) from None
         raise
 
 
@@ -56,7 +63,11 @@ def _publish(stage: Path, out: Path, replaces: Iterable[str]) -> None:
         if target.is_dir() and not target.is_symlink():
             old = out / f".old-{entry.name}-{os.getpid()}"
             os.replace(target, old)
-            os.replace(entry, target)
+            try:
+                os.replace(entry, target)
+            except BaseException:
+                os.replace(old, target)  # the earlier folder back: OUT is never without it
+                raise
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(entry, target)
