@@ -134,8 +134,9 @@ def load_config(
 
     A recipe name is looked up in ``host`` (a :class:`~agentfly_cli.plugins.PluginHost`;
     default: the installed plugins).
-    Relative paths in a YAML file (data, script, template, ``file.py:attr`` tools, rewards
-    and agents) are relative to that file; those of flags and ``--set`` to the current folder.
+    Relative paths in a YAML file (data, script, template, ``file.py:attr`` tools, rewards,
+    agents and parsers) are relative to that file; those of flags and ``--set`` to the current
+    folder.
     """
     data: dict[str, Any] = {}
     source = "config"
@@ -179,8 +180,8 @@ def apply_overrides_value(data: dict[str, Any], dotted: str, value: Any) -> None
 def _anchor_paths(data: dict[str, Any], base: Path) -> None:
     """Make a YAML file's relative paths relative to its folder ``base`` (one rule for every
     path a recipe names: data files, the scripted backend's script, a ``.jinja`` template, and
-    the files of ``file.py:attr`` tools, rewards and agents). A missing file is then reported
-    with the path that was tried."""
+    the files of ``file.py:attr`` tools, rewards, agents and parsers). A missing file is then
+    reported with the path that was tried."""
 
     def anchor(value: Any) -> Any:
         if isinstance(value, str) and value and not os.path.isabs(os.path.expanduser(value)):
@@ -213,6 +214,8 @@ def _anchor_paths(data: dict[str, Any], base: Path) -> None:
     if isinstance(chat, dict) and isinstance(chat.get("template"), str):
         if chat["template"].endswith(".jinja"):
             chat["template"] = anchor(chat["template"])
+    if isinstance(chat, dict) and "parser" in chat:
+        chat["parser"] = anchor_spec(chat["parser"])
 
 
 def _anchor_entries(data: dict[str, Any], key: str, anchor_spec: Any) -> None:

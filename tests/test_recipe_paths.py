@@ -89,3 +89,21 @@ def test_a_missing_recipe_data_file_names_the_path_beside_the_recipe(recipe_fold
     result = agentfly("rollout", recipe, "--model", "tiny", "--out", recipe_folder / "out.jsonl")
     one_line_error(result, str(recipe_folder / "missing.jsonl"))
     assert model_loads == []
+
+
+PARSER = (
+    "from agentfly_cli.chat.parsed import BaseParser, ParsedResponse\n"
+    "class Plain(BaseParser):\n    name = 'plain'\n"
+    "    def parse_body(self, body):\n        return ParsedResponse(body, [])\n"
+)
+
+
+def test_a_recipe_parser_file_is_read_beside_the_recipe(recipe_folder):
+    from agentfly_cli.chat.parsers import get_parser
+
+    (recipe_folder / "my_parser.py").write_text(PARSER)
+    config = load_config(write_recipe(recipe_folder, chat={"parser": "my_parser.py:Plain"}))
+    assert config.chat.parser == f"{recipe_folder / 'my_parser.py'}:Plain"
+    assert get_parser(config.chat.parser).name == "plain"
+    flag = load_config(write_recipe(recipe_folder), ["chat.parser=my_parser.py:Plain"])
+    assert flag.chat.parser == "my_parser.py:Plain"  # --set: relative to the current folder
