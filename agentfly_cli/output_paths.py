@@ -94,8 +94,9 @@ _FULL_TEXTS = ("no space left on device", "os error 28", "storagefull")
 
 def out_of_space(err: BaseException, folder: str | os.PathLike) -> bool:
     """Whether a failed write is the disk running full: ENOSPC anywhere in the error's chain,
-    a library's text for it (safetensors: ``os error 28``), or a failure such as torch's zip
-    writer's ``unexpected pos`` with almost nothing left on the disk."""
+    a library's text for it (safetensors: ``os error 28``), or a write error (an OSError, or
+    a RuntimeError such as torch's zip writer's ``unexpected pos``) with almost nothing left on
+    the disk; any other error (a bug) is never guessed from the free space."""
     seen: BaseException | None = err
     while seen is not None:
         if isinstance(seen, OSError) and seen.errno == errno.ENOSPC:
@@ -103,7 +104,7 @@ def out_of_space(err: BaseException, folder: str | os.PathLike) -> bool:
         if any(text in str(seen).lower() for text in _FULL_TEXTS):
             return True
         seen = seen.__cause__ or seen.__context__
-    return free_bytes(folder) < LOW_SPACE
+    return isinstance(err, (OSError, RuntimeError)) and free_bytes(folder) < LOW_SPACE
 
 
 def free_bytes(folder: str | os.PathLike) -> int:

@@ -95,3 +95,12 @@ def test_any_failed_save_removes_its_partial_copy_and_is_not_called_a_full_disk(
     with pytest.raises(type(error)):
         manager.save(1, backend=FakeBackend(error))
     assert list((tmp_path / "checkpoints").iterdir()) == []
+
+
+def test_a_bug_on_a_nearly_full_disk_is_not_called_a_full_disk(tmp_path, monkeypatch):
+    """Only a write error (OSError, or torch's RuntimeError) may be guessed from the free space:
+    a ValueError with little space left was reported as "the disk ran out of space"."""
+    _free_space(monkeypatch, 10 * 2**20)
+    with pytest.raises(ValueError, match="a bug") as caught:
+        CheckpointManager(tmp_path).save(1, backend=FakeBackend(ValueError("a bug")))
+    assert not isinstance(caught.value, UserError)
