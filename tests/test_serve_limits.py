@@ -316,3 +316,23 @@ def test_every_bound_is_documented_with_its_default():
         shown = f"{value:g}" if isinstance(value, float) else str(value)
         row = next((line for line in text.splitlines() if line.startswith(f"| `{flag}`")), "")
         assert shown in row.replace(",", ""), (flag, row)
+
+
+def test_an_integer_too_large_for_a_float_is_a_400_not_a_500(tiny_chat):
+    gateway = gateway_for(tiny_chat, ["ok"])
+    huge = "1" + "0" * 400  # JSON reads it as an int that no float holds
+    with serving_in_thread(build_app(gateway)) as url:
+        headers = {"Content-Type": "application/json"}
+        for field in ("temperature", "top_p"):
+            for stream in ("false", "true"):
+                body = (f'{{"messages": [{{"role": "user", "content": "hi"}}], '
+                        f'"{field}": {huge}, "stream": {stream}}}')  # fmt: skip
+                reply = httpx.post(f"{url}/s/e/v1/chat/completions", content=body, headers=headers)
+                assert reply.status_code == 400, (field, stream, reply.text)
+                assert reply.json()["error"]["param"] == field
+        assert httpx.post(f"{url}/s/e/v1/chat/completions", json=HI).status_code == 200
+        ended = httpx.post(f"{url}/sessions/e/end", content=f'{{"reward": {huge}}}',
+                           headers=headers)  # fmt: skip
+        assert ended.status_code == 400, ended.text
+        assert ended.json()["error"]["param"] == "reward"
+        assert list(gateway.episodes) == ["e"]  # still open: the bad end changed nothing

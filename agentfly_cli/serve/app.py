@@ -139,7 +139,7 @@ def build_app(gateway: Gateway, on_episode: Any = None, access: Access | None = 
         reward = body.get("reward") if isinstance(body, dict) else None
         if reward is not None and (
             not isinstance(reward, (int, float)) or isinstance(reward, bool)
-            or not math.isfinite(reward)
+            or not _finite(reward)
         ):  # fmt: skip
             return error("'reward' must be a finite number", param="reward")
         try:
@@ -173,6 +173,14 @@ def build_app(gateway: Gateway, on_episode: Any = None, access: Access | None = 
         Route("/sessions/{session}/end", end, methods=["POST"]),
     ]
     return Starlette(routes=routes)
+
+
+def _finite(number: float) -> bool:
+    """A finite number that a float holds (an int such as 10**400 does not)."""
+    try:
+        return math.isfinite(number)
+    except OverflowError:
+        return False
 
 
 async def _chain(first: str, rest: Any) -> Any:

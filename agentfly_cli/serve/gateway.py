@@ -437,8 +437,8 @@ def _number(body: dict, name: str, default: float, low: float, high: float) -> f
     if (
         not isinstance(value, (int, float))
         or isinstance(value, bool)
+        or not low <= value <= high  # before isfinite: an int too large for a float compares
         or not math.isfinite(value)
-        or not low <= value <= high
     ):
         raise RequestError(f"'{name}' must be a number from {low:g} to {high:g}", name)
     return float(value)
