@@ -336,3 +336,30 @@ def test_an_integer_too_large_for_a_float_is_a_400_not_a_500(tiny_chat):
         assert ended.status_code == 400, ended.text
         assert ended.json()["error"]["param"] == "reward"
         assert list(gateway.episodes) == ["e"]  # still open: the bad end changed nothing
+
+
+def test_the_hf_backend_takes_a_model_without_get_input_embeddings(tiny_model, tiny_chat):
+    """A remote-code model whose ``get_input_embeddings`` is not implemented still serves
+    (its prompt ids are then not checked against the vocabulary)."""
+    import transformers
+
+    from agentfly_cli.rollout.backends.hf import HFBackend
+    from agentfly_cli.settings.rollout import BackendSettings
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(tiny_model))
+
+    def not_implemented():
+        raise NotImplementedError("`get_input_embeddings` not auto-handled; please override")
+
+    model.get_input_embeddings = not_implemented
+    backend = HFBackend(BackendSettings(model="in-memory", device="cpu"), tiny_chat, model=model)
+    assert backend.vocab_size is None
+    prompt = tiny_chat.render_prompt([{"role": "user", "content": "Say something."}], None)
+
+    async def one():
+        try:
+            return await backend.generate(prompt, SamplingParams(max_tokens=3, seed=1))
+        finally:
+            await backend.close()
+
+    assert len(asyncio.run(one()).token_ids) == 3

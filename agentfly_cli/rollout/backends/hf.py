@@ -94,7 +94,10 @@ class HFBackend(StepStreaming, Backend):
         pad = getattr(tokenizer, "pad_token_id", None)
         self.pad_id = pad if pad is not None else (min(self.eos_ids) if self.eos_ids else 0)
         self.max_context = getattr(model.config, "max_position_embeddings", None) or 1 << 30
-        embeddings = getattr(model, "get_input_embeddings", lambda: None)()
+        try:
+            embeddings = getattr(model, "get_input_embeddings", lambda: None)()
+        except (NotImplementedError, AttributeError):  # a remote-code model may not have it
+            embeddings = None
         self.vocab_size = getattr(embeddings, "num_embeddings", None)  # None: not checked
         self._seeds = random.Random(config.seed)
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="agentfly-hf")
