@@ -104,7 +104,7 @@ def test_a_full_disk_during_the_copy_leaves_no_partial_folder(tmp_path, monkeypa
     out = tmp_path / "new" / "deeper" / "exported"
 
     def copy_fails(src, dst, *args, **kwargs):
-        Path(dst).mkdir(parents=True)
+        Path(dst).mkdir(parents=True, exist_ok=True)
         (Path(dst) / "config.json").write_text("{")
         raise OSError(errno.ENOSPC, "No space left on device")
 
@@ -119,7 +119,7 @@ def test_a_failed_copy_over_an_earlier_export_keeps_the_earlier_one(tmp_path, mo
     before = snapshot(out)
 
     def copy_fails(src, dst, *args, **kwargs):
-        Path(dst).mkdir()
+        Path(dst).mkdir(exist_ok=True)
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(export_module.shutil, "copytree", copy_fails)
@@ -167,7 +167,7 @@ def test_ctrl_c_during_the_copy_leaves_no_temporary_folder(tmp_path, monkeypatch
     run = make_run(tmp_path / "run")
 
     def copy_interrupted(src, dst, *args, **kwargs):
-        Path(dst).mkdir(parents=True)
+        Path(dst).mkdir(parents=True, exist_ok=True)
         (Path(dst) / "model.safetensors").write_bytes(b"\0" * 64)
         raise KeyboardInterrupt
 
@@ -175,3 +175,19 @@ def test_ctrl_c_during_the_copy_leaves_no_temporary_folder(tmp_path, monkeypatch
     with pytest.raises(KeyboardInterrupt):
         export_module.export_model(run, tmp_path / "new" / "exported")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no temp, no new/
+
+
+def test_a_temporary_folder_left_by_a_killed_export_with_our_pid_fails_nothing(tmp_path):
+    run, out = make_run(tmp_path / "run"), tmp_path / "exported"
+    stale = tmp_path / f".exported.export-tmp-{os.getpid()}"  # kill -9, then the pid came back
+    stale.mkdir()
+    (stale / "config.json").write_text("{")
+    assert agentfly("export", run, out).exit_code == 0
+    assert json.loads((out / "config.json").read_text())["step"] == 2
+    make_run(tmp_path / "run", steps=(3,))
+    (tmp_path / f".exported.export-old-{os.getpid()}").mkdir()
+    result = agentfly("export", run, out, "--force")
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / "config.json").read_text())["step"] == 3
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == sorted(["exported", "run", stale.name, f".exported.export-old-{os.getpid()}"])

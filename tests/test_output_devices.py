@@ -80,3 +80,18 @@ def test_view_html_to_a_character_device_leaves_the_device(tiny_model, files, tm
     result = agentfly("view", files[2], "--html", device)
     assert result.exit_code == 0, result.output
     assert stat.S_ISCHR(os.lstat(device).st_mode)
+
+
+def test_view_html_to_a_device_that_refuses_the_write_is_one_line(tiny_model, files, tmp_path):  # noqa: F811
+    assert agentfly("rollout", *scripted_args(tiny_model, files), "-q").exit_code == 0
+    node = tmp_path / "full"
+    try:  # like /dev/full: every write fails with ENOSPC
+        os.mknod(node, stat.S_IFCHR | 0o666, os.makedev(1, 7))
+        node.open("rb").close()
+    except (PermissionError, OSError) as exc:
+        pytest.skip(f"cannot make a character device here ({exc}); needs root and a dev mount")
+    result = agentfly("view", files[2], "--html", node)
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "full" in lines[0], lines
+    assert stat.S_ISCHR(os.lstat(node).st_mode)

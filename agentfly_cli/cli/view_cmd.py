@@ -107,7 +107,10 @@ def _write_page(html: Path, page: str) -> None:
 
     target = rename_target(html)
     if target is None:  # a device or FIFO (--html /dev/stdout): written in place
-        html.write_text(page, encoding="utf-8")
+        try:
+            html.write_text(page, encoding="utf-8")
+        except OSError as err:
+            raise write_failed(html, err, "nothing else was written") from None
         return
     temp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
     try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 from agentfly_cli.errors import UserError
@@ -40,9 +41,11 @@ def export_model(run_dir: str | Path, out: str | Path, *, force: bool = False) -
     target = out.resolve()
     created = missing_folders(target.parent)
     target.parent.mkdir(parents=True, exist_ok=True)
-    temp = target.with_name(f".{target.name}.export-tmp-{os.getpid()}")
+    temp: Path | None = None
     try:
-        shutil.copytree(source, temp, symlinks=False)
+        # a name no one holds: a leftover of a killed run (same pid, a container) fails nothing
+        temp = Path(tempfile.mkdtemp(prefix=f".{target.name}.export-tmp-", dir=target.parent))
+        shutil.copytree(source, temp, symlinks=False, dirs_exist_ok=True)
         marker = {
             "written_by": "agentfly export",
             "source": str(source.resolve()),
@@ -50,7 +53,8 @@ def export_model(run_dir: str | Path, out: str | Path, *, force: bool = False) -
         }
         (temp / MARKER).write_text(json.dumps(marker, indent=2) + "\n", encoding="utf-8")
     except BaseException as err:  # Ctrl-C too: a model's copy is big, leave none of it
-        shutil.rmtree(temp, ignore_errors=True)
+        if temp is not None:
+            shutil.rmtree(temp, ignore_errors=True)
         remove_empty(created)
         if not isinstance(err, Exception):
             raise
@@ -114,7 +118,7 @@ def _written(marker: Path) -> set[str]:
 def _swap(temp: Path, target: Path) -> None:
     """Rename ``temp`` to ``target``; an earlier export there goes only once the new one is in
     (if a rename fails, the earlier one is put back and the copy removed)."""
-    old = target.with_name(f".{target.name}.export-old-{os.getpid()}")
+    old = Path(tempfile.mkdtemp(prefix=f".{target.name}.export-old-", dir=target.parent))
     moved = False
     try:
         if target.exists():
@@ -124,6 +128,8 @@ def _swap(temp: Path, target: Path) -> None:
     except OSError as err:
         if moved:
             os.replace(old, target)
+        else:
+            old.rmdir()
         shutil.rmtree(temp, ignore_errors=True)
         raise write_failed(target, err, f"{target} is as it was") from None
     shutil.rmtree(old, ignore_errors=True)
