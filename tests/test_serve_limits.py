@@ -363,3 +363,19 @@ def test_the_hf_backend_takes_a_model_without_get_input_embeddings(tiny_model, t
             await backend.close()
 
     assert len(asyncio.run(one()).token_ids) == 3
+
+
+def test_ended_session_ids_are_remembered_up_to_ended_kept_and_the_oldest_forgotten():
+    from agentfly_cli.serve.errors import SessionEnded
+    from agentfly_cli.serve.sessions import Sessions
+
+    sessions = Sessions(ServeLimits(ended_kept=2))
+    for name in ("first", "second", "third"):
+        sessions.get(name)
+        assert sessions.close(name) is not None
+    for name in ("second", "third"):  # remembered: a late request is refused
+        with pytest.raises(SessionEnded):
+            sessions.get(name)
+    assert sessions.get("first") is not None  # forgotten: it may open again
+    with pytest.raises(ValueError, match="ended_kept"):
+        ServeLimits(ended_kept=0)

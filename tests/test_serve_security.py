@@ -224,6 +224,7 @@ def test_serve_refuses_to_listen_beyond_loopback_without_an_api_key(tiny_model, 
         (["--max-stops", "0"], "--max-stops"),
         (["--max-sessions", "0"], "--max-sessions"),
         (["--session-idle-s", "-1"], "--session-idle-s"),
+        (["--ended-kept", "0"], "--ended-kept"),
         (["--host", "no-such-host.invalid"], "--host"),
     ],
 )

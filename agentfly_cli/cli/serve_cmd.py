@@ -45,6 +45,10 @@ IDLE = typer.Option(
     DEFAULTS.session_idle_s, "--session-idle-s",
     help="Seconds without a request after which a session ends (and is recorded); 0: never.",
 )  # fmt: skip
+ENDED_KEPT = typer.Option(
+    DEFAULTS.ended_kept, "--ended-kept",
+    help="Ended session ids remembered (a request to one gets 409); the oldest are forgotten.",
+)  # fmt: skip
 
 
 @handle_errors
@@ -64,6 +68,7 @@ def serve(
     stop_cache: int = STOP_CACHE,
     max_sessions: int = MAX_SESSIONS,
     session_idle_s: float = IDLE,
+    ended_kept: int = ENDED_KEPT,
 ) -> None:
     """Serve the OpenAI chat API for MODEL, recording each session's requests.
 
@@ -81,7 +86,7 @@ def serve(
     if max_tokens < 1:
         raise UserError(f"--max-tokens must be at least 1, not {max_tokens}")
     limits = _limits(max_body_bytes, max_stops, max_stop_chars, stop_cache, max_sessions,
-                     session_idle_s)  # fmt: skip
+                     session_idle_s, ended_kept)  # fmt: skip
     key = _api_key(api_key)
     if record is not None:
         _check_record(record)
@@ -138,18 +143,18 @@ def serve(
 
 
 def _limits(body: int, stops: int, stop_chars: int, cache: int, sessions: int,
-            idle: float) -> ServeLimits:  # fmt: skip
+            idle: float, ended: int) -> ServeLimits:  # fmt: skip
     """The flags' bounds, checked (one line naming the flag)."""
     for flag, value in (("--max-body-bytes", body), ("--max-stops", stops),
                         ("--max-stop-chars", stop_chars), ("--stop-cache", cache),
-                        ("--max-sessions", sessions)):  # fmt: skip
+                        ("--max-sessions", sessions), ("--ended-kept", ended)):  # fmt: skip
         if value < 1:
             raise UserError(f"{flag} must be at least 1, not {value}")
     if not (idle >= 0 and idle != float("inf")):
         raise UserError(f"--session-idle-s must be a number of seconds (0: never), not {idle}")
     return ServeLimits(max_body_bytes=body, max_stops=stops, max_stop_chars=stop_chars,
                        stop_cache_size=cache, max_sessions=sessions,
-                       session_idle_s=idle or None)  # fmt: skip
+                       session_idle_s=idle or None, ended_kept=ended)  # fmt: skip
 
 
 def _api_key(flag: str | None) -> str | None:

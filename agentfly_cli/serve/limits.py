@@ -31,13 +31,16 @@ class ServeLimits:
     """sessions open at once (a new one beyond is refused, 429)"""
     session_idle_s: float | None = 3600.0
     """seconds after its last request that an idle session is ended (and recorded)"""
+    ended_kept: int = 100_000
+    """ended session ids remembered, so that a later request to one is refused (409); the
+    oldest beyond are forgotten and could be opened (and recorded) again"""
 
     def __post_init__(self) -> None:
         for name in ("max_body_bytes", "max_sessions", "session_idle_s"):
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise ValueError(f"{name} must be above 0 (or None: no bound), not {value}")
-        for name in ("max_stops", "max_stop_chars", "stop_cache_size"):
+        for name in ("max_stops", "max_stop_chars", "stop_cache_size", "ended_kept"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
 

@@ -11,8 +11,6 @@ from agentfly_cli.serve.capture import Episode
 from agentfly_cli.serve.errors import RequestError, SessionEnded, TooManySessions, UnknownSession
 from agentfly_cli.serve.limits import SESSION_ID, ServeLimits
 
-MAX_ENDED = 100_000  # ended session ids remembered (a later request to one gets 409)
-
 
 class Sessions:
     """Open and ended sessions; ``on_close(episode)`` gets each one that ends."""
@@ -70,7 +68,7 @@ class Sessions:
         if episode is None:
             return None
         self._closed[session] = why
-        if len(self._closed) > MAX_ENDED:
+        if len(self._closed) > self.limits.ended_kept:
             self._closed.pop(next(iter(self._closed)))
         if reward is not None:
             episode.reward = reward
