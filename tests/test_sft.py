@@ -214,6 +214,25 @@ def test_chains_of_another_vocabulary_are_refused(tiny_model, demos):
 
 
 # -- the command ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("tensorboard", ["installed", "missing"])
+def test_cli_sft_prints_no_tensorboard_warning_where_the_extra_is_missing(
+    tiny_model, demos, tmp_path, monkeypatch, tensorboard
+):
+    """As `train` (tests/test_meta.py): the default tensorboard sink is skipped quietly
+    without the `tensorboard` extra; a run that names it is told."""
+    import sys
+
+    if tensorboard == "missing":
+        for name in ("tensorboard", "torch.utils.tensorboard"):
+            monkeypatch.setitem(sys.modules, name, None)  # as if it were not installed
+    out = tmp_path / "sft"
+    result = agentfly("sft", demos, "--out", out, "--model", tiny_model, "--epochs", "1",
+                      "--quiet")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "tensorboard" not in result.output.lower(), result.output
+    assert (out / "tensorboard").exists() == (tensorboard == "installed")
+
+
 def test_cli_sft_then_rl_from_the_fine_tuned_model(tiny_model, demos, tmp_path):
     out = tmp_path / "sft"
     result = agentfly(
@@ -257,3 +276,12 @@ def test_cli_errors_are_one_line_with_exit_2(demos, tmp_path, arguments, message
     assert message in result.output
     assert len(result.output.strip().splitlines()) == 1
     assert not (tmp_path / "o" / "model").exists()
+
+
+def test_sft_settings_that_name_the_tensorboard_sink_are_told_when_it_is_missing():
+    from agentfly_cli.train.sft import build_settings
+    from agentfly_cli.train.telemetry import default_optional_sinks
+
+    assert default_optional_sinks(build_settings().telemetry) == ("tensorboard",)
+    named = build_settings(["telemetry.sinks=[jsonl,tensorboard]"]).telemetry
+    assert default_optional_sinks(named) == ()

@@ -41,7 +41,11 @@ def build_settings(sets: Sequence[str] = (), **flags: Any) -> SFTSettings:
 
     from agentfly_cli.config import apply_overrides, apply_overrides_value, format_settings_error
 
-    data = apply_overrides(SFTSettings().model_dump(), list(sets))  # keeps the SFT defaults
+    defaults = SFTSettings().model_dump()
+    # left unset unless --set names it: the default tensorboard sink is then skipped quietly
+    # where the extra is missing (telemetry.default_optional_sinks), as in `train`
+    defaults["telemetry"].pop("sinks")
+    data = apply_overrides(defaults, list(sets))  # keeps the SFT defaults
     for dotted, value in flags.items():
         if value is not None:
             apply_overrides_value(data, dotted, value)
@@ -330,7 +334,7 @@ def fine_tune(
     (a failed run leaves ``out`` as it was)."""
     from agentfly_cli.chat.tokenizer_loading import load_tokenizer
     from agentfly_cli.models.resolve import resolve_model
-    from agentfly_cli.train.telemetry import Telemetry
+    from agentfly_cli.train.telemetry import Telemetry, default_optional_sinks
 
     if settings.backend.name != "torch":
         raise UserError(
@@ -368,6 +372,7 @@ def fine_tune(
             stage,
             total_steps=total_steps,
             sinks=settings.telemetry.sinks,
+            optional_sinks=default_optional_sinks(settings.telemetry),
             console=console and settings.telemetry.console,
             wandb_project=settings.telemetry.wandb_project,
             wandb_mode=settings.telemetry.wandb_mode,
