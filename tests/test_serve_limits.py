@@ -309,7 +309,8 @@ def test_every_bound_is_documented_with_its_default():
     defaults = ServeLimits()
     flags = {"max_body_bytes": "--max-body-bytes", "max_stops": "--max-stops",
              "max_stop_chars": "--max-stop-chars", "stop_cache_size": "--stop-cache",
-             "max_sessions": "--max-sessions", "session_idle_s": "--session-idle-s"}  # fmt: skip
+             "max_sessions": "--max-sessions", "session_idle_s": "--session-idle-s",
+             "ended_kept": "--ended-kept"}  # fmt: skip
     assert set(flags) == {f.name for f in fields(ServeLimits)}
     for name, flag in flags.items():
         value = getattr(defaults, name)
