@@ -12,9 +12,13 @@ import errno
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO, TypeVar
 
 from agentfly_cli.errors import UserError
+
+T = TypeVar("T")
 
 
 def check_file_target(
@@ -86,6 +90,39 @@ def rename_target(path: str | os.PathLike) -> Path | None:
     if target.exists() and not target.is_file():
         return None
     return target
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write every byte of ``data`` (``os.write`` may write fewer and raises on a full disk)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def write_whole(path: str | os.PathLike, write: Callable[[BinaryIO], T]) -> T:
+    """Write ``path`` all or nothing through ``write(file)`` (unbuffered binary): into a
+    temporary file beside it (or beside the file a link points to), renamed over it at the end;
+    a device or FIFO is written in place (see :func:`rename_target`). A failed write removes
+    the temporary file, leaves ``path`` as it was and is one :class:`UserError`
+    (:func:`write_failed`). Returns what ``write`` returns."""
+    path = Path(path)
+    target = rename_target(path)
+    if target is None:  # /dev/null, a FIFO: a rename would replace it
+        try:
+            with open(path, "wb", buffering=0) as out:
+                return write(out)
+        except OSError as err:
+            raise write_failed(path, err, "it is a device or pipe, written in place") from None
+    temp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    try:
+        with open(temp, "wb", buffering=0) as out:
+            result = write(out)
+        os.replace(temp, target)
+    except Exception as err:
+        temp.unlink(missing_ok=True)
+        kept = f"{path.name} is as it was" if path.exists() else f"{path.name} was not written"
+        raise write_failed(path, err, kept) from None
+    return result
 
 
 LOW_SPACE = 512 * 2**20  # a failed write with less free than this ran out of disk

@@ -137,3 +137,18 @@ def model_loads(monkeypatch) -> list[str]:
     monkeypatch.setattr(agentfly_cli.models, "resolve_model", refuse)
     monkeypatch.setattr(agentfly_cli.models.resolve, "resolve_model", refuse)
     return calls
+
+
+@pytest.fixture
+def weights_loads(monkeypatch) -> list[str]:
+    """Every from_pretrained of model weights during the test (should stay empty)."""
+    import transformers
+
+    calls: list[str] = []
+
+    def refuse(cls, name, *args, **kwargs):
+        calls.append(str(name))
+        raise AssertionError(f"model weights were loaded: {name}")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", classmethod(refuse))
+    return calls

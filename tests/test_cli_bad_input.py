@@ -38,21 +38,6 @@ def says_at_least_one(line: str) -> bool:
 
 
 @pytest.fixture
-def weights_loads(monkeypatch) -> list[str]:
-    """Every from_pretrained of model weights during the test (should stay empty)."""
-    import transformers
-
-    calls: list[str] = []
-
-    def refuse(cls, name, *args, **kwargs):
-        calls.append(str(name))
-        raise AssertionError(f"model weights were loaded: {name}")
-
-    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", classmethod(refuse))
-    return calls
-
-
-@pytest.fixture
 def good(tmp_path):
     """A valid data file and script, and an existing file holding earlier results."""
     data = tmp_path / "data.jsonl"

@@ -182,21 +182,6 @@ def test_an_agent_cannot_list_end_or_invent_episodes_during_an_agent_run(tmp_pat
 runner = CliRunner()
 
 
-@pytest.fixture
-def weights_loads(monkeypatch) -> list[str]:
-    """Every from_pretrained of model weights during the test (should stay empty)."""
-    import transformers
-
-    calls: list[str] = []
-
-    def refuse(cls, name, *args, **kwargs):
-        calls.append(str(name))
-        raise AssertionError(f"model weights were loaded: {name}")
-
-    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", classmethod(refuse))
-    return calls
-
-
 def serve(*arguments, env=None):
     return runner.invoke(build_cli(), ["serve", *[str(a) for a in arguments]], env=env)
 

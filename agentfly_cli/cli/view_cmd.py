@@ -100,26 +100,10 @@ def _pieces(trajectory, tok):
 
 
 def _write_page(html: Path, page: str) -> None:
-    """Write the page into a temporary file beside ``html``, then rename it: never half a page."""
-    import os
+    """Write the page all or nothing (a temporary file renamed over ``html``): never half."""
+    from agentfly_cli.output_paths import write_all, write_whole
 
-    from agentfly_cli.output_paths import rename_target, write_failed
-
-    target = rename_target(html)
-    if target is None:  # a device or FIFO (--html /dev/stdout): written in place
-        try:
-            html.write_text(page, encoding="utf-8")
-        except OSError as err:
-            raise write_failed(html, err, "nothing else was written") from None
-        return
-    temp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    try:
-        temp.write_text(page, encoding="utf-8")
-        os.replace(temp, target)
-    except OSError as err:
-        temp.unlink(missing_ok=True)
-        kept = f"{html} is as it was" if html.exists() else f"{html} was not written"
-        raise write_failed(html, err, kept) from None
+    write_whole(html, lambda out: write_all(out.fileno(), page.encode("utf-8")))
 
 
 def facts_of(trajectory) -> list[tuple[str, object]]:

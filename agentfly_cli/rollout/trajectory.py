@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from agentfly_cli.errors import UserError
+from agentfly_cli.output_paths import write_all
 from agentfly_cli.surrogates import json_line
 
 FINISH_REASONS = ("answer", "terminal_tool", "max_turns", "length", "errors", "abort")
@@ -159,55 +160,24 @@ class Trajectory:
 
 
 def write_trajectories(path: str | os.PathLike, trajectories: Iterable[Trajectory]) -> int:
-    """Write trajectories as JSONL, all or nothing: into a temporary file beside ``path`` (or
-    the file a link points to), renamed over it at the end; a device or FIFO (``/dev/null``) is
-    written in place, never replaced. A failed write (a full disk) removes the temporary file,
-    leaves ``path`` as it was and is one :class:`UserError`. Returns how many were written."""
-    from agentfly_cli.output_paths import rename_target, write_failed
+    """Write trajectories as JSONL, all or nothing (:func:`~agentfly_cli.output_paths.
+    write_whole`: a temporary file renamed over ``path``; a device such as ``/dev/null`` is
+    written in place). A failed write (a full disk) leaves ``path`` as it was and is one
+    :class:`UserError`. Returns how many were written."""
+    from agentfly_cli.output_paths import write_whole
 
-    path = Path(path)
-    target = rename_target(path)
-    if target is None:  # a device or FIFO (--out /dev/null): written in place, never replaced
-        return _write_in_place(path, trajectories)
-    temp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    count = 0
-    try:
-        with open(temp, "wb", buffering=0) as out:
-            for trajectory in trajectories:
-                _write_all(out.fileno(), _line(trajectory))
-                count += 1
-        os.replace(temp, target)
-    except Exception as err:
-        temp.unlink(missing_ok=True)
-        kept = f"{path.name} is as it was" if path.exists() else f"{path.name} was not written"
-        raise write_failed(path, err, kept) from None
-    return count
+    def write(out) -> int:
+        count = 0
+        for trajectory in trajectories:
+            write_all(out.fileno(), _line(trajectory))
+            count += 1
+        return count
 
-
-def _write_in_place(path: Path, trajectories: Iterable[Trajectory]) -> int:
-    """Write into ``path`` as it is (a device or FIFO, which a rename would replace)."""
-    from agentfly_cli.output_paths import write_failed
-
-    count = 0
-    try:
-        with open(path, "wb", buffering=0) as out:
-            for trajectory in trajectories:
-                _write_all(out.fileno(), _line(trajectory))
-                count += 1
-    except OSError as err:
-        raise write_failed(path, err, f"{count} trajectories were written") from None
-    return count
+    return write_whole(path, write)
 
 
 def _line(trajectory: Trajectory) -> bytes:
     return (json_line(trajectory.to_dict()) + "\n").encode("utf-8")
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    """Write every byte of ``data`` (``os.write`` may write fewer and raises on a full disk)."""
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
 
 
 def check_output_path(path: str | os.PathLike) -> Path:
@@ -269,13 +239,13 @@ class TrajectoryWriter:
         except (ValueError, RecursionError):
             whole = False
         if whole:
-            _write_all(fd, b"\n")
+            write_all(fd, b"\n")
         else:
             os.ftruncate(fd, start)
 
     def write(self, trajectory: Trajectory) -> None:
         try:
-            _write_all(self._file.fileno(), _line(trajectory))
+            write_all(self._file.fileno(), _line(trajectory))
         except OSError as err:
             self._cut_back()
             from agentfly_cli.output_paths import write_failed
