@@ -166,13 +166,10 @@ class HFBackend(StepStreaming, Backend):
     def _check_request(self, prompt: list[int], params: SamplingParams) -> None:
         """What would fail inside the shared batch (and so every request in it) fails this
         request alone: a seed torch does not take, a token id outside the vocabulary."""
-        if params.seed is not None:
-            try:
-                self._torch.Generator().manual_seed(int(params.seed))
-            except (RuntimeError, OverflowError, TypeError, ValueError):
-                raise ValueError(
-                    f"hf backend: seed {params.seed} is outside torch's range (-2**63 to 2**64-1)"
-                ) from None
+        if params.seed is not None and not -(2**63) <= int(params.seed) <= 2**64 - 1:
+            raise ValueError(  # the range torch's manual_seed takes
+                f"hf backend: seed {params.seed} is outside torch's range (-2**63 to 2**64-1)"
+            )
         if self.vocab_size is not None and (min(prompt) < 0 or max(prompt) >= self.vocab_size):
             raise ValueError(
                 f"hf backend: a prompt token id is outside the vocabulary (0 to "
