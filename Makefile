@@ -137,7 +137,7 @@ format: $(VENV)/.installed
 	$(BIN)/ruff check --fix .
 
 config-docs: $(VENV)/.installed
-	$(PY) -m agentfly_cli.config_reference > docs/config.md
+	$(PY) -m agentfly_cli.settings.reference > docs/config.md
 
 demo: install
 	$(PY) scripts/demo.py

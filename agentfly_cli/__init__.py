@@ -13,32 +13,32 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from agentfly_cli.lazy_exports import lazy_exports
+from agentfly_cli.plugin_host.lazy_exports import lazy_exports
 
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "tool": "agentfly_cli.tools",
-    "Tool": "agentfly_cli.tools",
-    "ToolResult": "agentfly_cli.tools",
-    "ToolDefinitionError": "agentfly_cli.tools",
-    "reward": "agentfly_cli.rewards",
-    "Reward": "agentfly_cli.rewards",
-    "RewardResult": "agentfly_cli.rewards",
-    "CombinedReward": "agentfly_cli.rewards",
-    "hookimpl": "agentfly_cli.hookspecs",
+    "tool": "agentfly_cli.components.tools",
+    "Tool": "agentfly_cli.components.tools",
+    "ToolResult": "agentfly_cli.components.tools",
+    "ToolDefinitionError": "agentfly_cli.components.tools",
+    "reward": "agentfly_cli.components.rewards",
+    "Reward": "agentfly_cli.components.rewards",
+    "RewardResult": "agentfly_cli.components.rewards",
+    "CombinedReward": "agentfly_cli.components.rewards",
+    "hookimpl": "agentfly_cli.plugin_host.hookspecs",
     "Env": "agentfly_cli.envs.base",
     "BaseEnv": "agentfly_cli.envs.base",
     "EnvSpec": "agentfly_cli.envs.base",
-    "get_plugin_host": "agentfly_cli.plugins",
+    "get_plugin_host": "agentfly_cli.plugin_host.plugins",
     "UserError": "agentfly_cli.errors",
-    "load_config": "agentfly_cli.api",
-    "run_rollout": "agentfly_cli.api",
-    "run_rollout_async": "agentfly_cli.api",
-    "run_eval": "agentfly_cli.api",
-    "run_eval_async": "agentfly_cli.api",
-    "run_training": "agentfly_cli.api",
-    "run_training_async": "agentfly_cli.api",
+    "load_config": "agentfly_cli.api.functions",
+    "run_rollout": "agentfly_cli.api.functions",
+    "run_rollout_async": "agentfly_cli.api.functions",
+    "run_eval": "agentfly_cli.api.functions",
+    "run_eval_async": "agentfly_cli.api.functions",
+    "run_training": "agentfly_cli.api.functions",
+    "run_training_async": "agentfly_cli.api.functions",
 }
 
 __all__ = [
@@ -67,7 +67,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from agentfly_cli.api import (
+    from agentfly_cli.api.functions import (
         load_config,
         run_eval,
         run_eval_async,
@@ -78,10 +78,10 @@ if TYPE_CHECKING:
     )
     from agentfly_cli.envs.base import BaseEnv, Env, EnvSpec
     from agentfly_cli.errors import UserError
-    from agentfly_cli.hookspecs import hookimpl
-    from agentfly_cli.plugins import get_plugin_host
-    from agentfly_cli.rewards import CombinedReward, Reward, RewardResult, reward
-    from agentfly_cli.tools import Tool, ToolDefinitionError, ToolResult, tool
+    from agentfly_cli.plugin_host.hookspecs import hookimpl
+    from agentfly_cli.plugin_host.plugins import get_plugin_host
+    from agentfly_cli.components.rewards import CombinedReward, Reward, RewardResult, reward
+    from agentfly_cli.components.tools import Tool, ToolDefinitionError, ToolResult, tool
 
 
 __getattr__ = lazy_exports(globals(), _EXPORTS)

@@ -61,7 +61,7 @@ def latency_for(expression: str, latency: tuple[float, float] = LATENCY_S) -> fl
 def slow_calculator_tool(latency: tuple[float, float] = LATENCY_S):
     """The built-in calculator behind a wait of ``latency`` seconds (an async tool: the event
     loop goes on)."""
-    from agentfly_cli.tools import tool
+    from agentfly_cli.components.tools import tool
     from tools_builtin.safe_eval import evaluate, format_number
 
     @tool(name="calculator", timeout=10.0)

@@ -62,10 +62,10 @@ def _make_backend(side: str, folder: str, tokenizer, dtype: str):
 
     config = BackendSettings(name=side, model=folder, dtype=dtype, max_batch_size=64)
     if side == "hf":
-        from agentfly_cli.rollout.backends.hf import HFBackend
+        from agentfly_cli.backends.hf import HFBackend
 
         return HFBackend(config, tokenizer)
-    from agentfly_cli.rollout.backends.vllm import VLLMBackend
+    from agentfly_cli.backends.vllm import VLLMBackend
 
     return VLLMBackend(config, tokenizer)
 
@@ -74,7 +74,7 @@ def measure_side(side: str, folder: str, requests: int, max_tokens: int, dtype: 
     """Load one backend in this process and time ``requests`` concurrent generations."""
     from transformers import AutoTokenizer
 
-    from agentfly_cli.rollout.backends.base import SamplingParams
+    from agentfly_cli.backends.base import SamplingParams
 
     tokenizer = AutoTokenizer.from_pretrained(folder)
     prompts = _prompts(tokenizer, requests)

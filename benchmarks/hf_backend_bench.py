@@ -81,8 +81,8 @@ def run_many(model: str, device: str, dtype: str, counts: list[int], max_tokens:
 def _measure(model, folder, tokenizer, device, dtype, requests, max_tokens) -> dict:
     import torch
 
-    from agentfly_cli.rollout.backends.base import SamplingParams
-    from agentfly_cli.rollout.backends.hf import HFBackend
+    from agentfly_cli.backends.base import SamplingParams
+    from agentfly_cli.backends.hf import HFBackend
     from agentfly_cli.settings.rollout import BackendSettings
 
     prompts = _prompts(tokenizer, requests)

@@ -2,7 +2,7 @@
 
 The naive way materialises fp32 logits for every position of the batch, then log-softmax
 (what a plain ``model(...).logits`` training step does). agentfly's way
-(:func:`agentfly_cli.train.logprobs.sequence_logprobs`) runs the output head only on trained
+(:func:`agentfly_cli.train.tensors.logprobs.sequence_logprobs`) runs the output head only on trained
 positions, a chunk at a time under activation checkpointing.
 
 Method (CPU): each variant runs in a fresh subprocess. The model and batch are built and one
@@ -57,7 +57,7 @@ def build(device: str, dtype: str = "float32"):
 
 
 def naive(model, ids, mask):
-    from agentfly_cli.train.logprobs import naive_sequence_logprobs
+    from agentfly_cli.train.tensors.logprobs import naive_sequence_logprobs
 
     logprobs = naive_sequence_logprobs(model, ids, mask.new_ones(mask.shape, dtype=int))
     return logprobs[mask[:, 1:]]
@@ -66,7 +66,7 @@ def naive(model, ids, mask):
 def chunked(model, ids, mask):
     import torch
 
-    from agentfly_cli.train.logprobs import SequenceBatch, sequence_logprobs
+    from agentfly_cli.train.tensors.logprobs import SequenceBatch, sequence_logprobs
 
     batch = SequenceBatch.unshared(
         ids[:, :-1], torch.ones_like(ids[:, :-1]), ids[:, 1:], mask[:, 1:]
@@ -150,7 +150,7 @@ def main() -> int:
     args = parser.parse_args()
     import torch
 
-    from agentfly_cli.train.logprobs import AUTO_CHUNK_LOGITS
+    from agentfly_cli.train.tensors.logprobs import AUTO_CHUNK_LOGITS
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.variant:

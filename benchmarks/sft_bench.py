@@ -58,7 +58,7 @@ def make_chains(model: str, tasks: int, folder: Path) -> Path:
 def run_variant(model_dir: Path, rows, batches, *, share_prefix: bool) -> dict:
     import torch
 
-    from agentfly_cli.train.sft import SFTRunner, build_settings
+    from agentfly_cli.train.sft.fine_tune import SFTRunner, build_settings
 
     torch.manual_seed(0)
     settings = build_settings([f"backend.total_steps={len(batches)}"], share_prefix=share_prefix)
@@ -92,7 +92,7 @@ def main() -> None:
     import torch
 
     from agentfly_cli.models.resolve import resolve_model
-    from agentfly_cli.train.sft import load_chains, train_rows
+    from agentfly_cli.train.sft.fine_tune import load_chains, train_rows
 
     model_dir = resolve_model(args.model)
     with tempfile.TemporaryDirectory() as folder:

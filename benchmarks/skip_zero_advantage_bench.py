@@ -31,7 +31,7 @@ FLAT_SHARES = (0.0, 0.5, 0.75)
 
 def make_batch(vocab: int, flat_share: float, seed: int = 0):
     """A StepBatch of TASKS groups; the first ``flat_share`` of them get equal rewards."""
-    from agentfly_cli.train.step_batch import StepBatch
+    from agentfly_cli.train.tensors.step_batch import StepBatch
 
     rng = random.Random(seed)
     flat = round(TASKS * flat_share)
@@ -63,7 +63,7 @@ class _Row:
 
 def build_update(model_dir, skip: bool):
     from agentfly_cli.settings.run import RunSettings
-    from agentfly_cli.train.algorithms import get_advantage_estimator, get_policy_loss
+    from agentfly_cli.train.algorithms.interfaces import get_advantage_estimator, get_policy_loss
     from agentfly_cli.train.backends import build_train_backend
     from agentfly_cli.train.update import PolicyUpdate
 

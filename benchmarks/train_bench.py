@@ -107,8 +107,8 @@ def same_rows(model_path: str) -> dict:
     from transformers import AutoTokenizer
 
     from agentfly_cli.settings.algorithm import AlgorithmSettings
-    from agentfly_cli.train.advantages import grpo_advantages
-    from agentfly_cli.train.algorithms import AdvantageInput
+    from agentfly_cli.train.algorithms.advantages import grpo_advantages
+    from agentfly_cli.train.algorithms.interfaces import AdvantageInput
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     prompts = []
@@ -141,10 +141,10 @@ def agentfly_same_rows(model_path: str, rows: dict, steps: int) -> list[float]:
     from agentfly_cli.settings.algorithm import AlgorithmSettings
     from agentfly_cli.settings.train import TrainerSettings
     from agentfly_cli.settings.train_backend import TrainBackendSettings
-    from agentfly_cli.train import losses
+    from agentfly_cli.train.algorithms.interfaces import losses
     from agentfly_cli.train.backends import build_train_backend
-    from agentfly_cli.train.batch import TrainRow, plan_micro_batches, scatter_rows, trained_mask
-    from agentfly_cli.train.logprobs import sequence_logprobs
+    from agentfly_cli.train.tensors.batch import TrainRow, plan_micro_batches, scatter_rows, trained_mask
+    from agentfly_cli.train.tensors.logprobs import sequence_logprobs
 
     config = TrainBackendSettings(device="cpu", dtype="float32", lr=LR, lr_schedule="constant")
     backend = build_train_backend(model_path, config)
@@ -206,7 +206,7 @@ def trl_inputs(rows: dict) -> dict:
 
 
 def agentfly_case(model_path: str, steps: int, workdir: Path, sets=()) -> list[dict]:
-    from agentfly_cli.config import load_config
+    from agentfly_cli.settings.loader import load_config
     from agentfly_cli.train.trainer import Trainer
 
     data = workdir / "tasks.jsonl"

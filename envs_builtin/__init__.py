@@ -3,8 +3,8 @@
 The env modules are imported when a hook runs, so loading the plugin stays cheap.
 """
 
-from agentfly_cli.hookspecs import hookimpl
-from agentfly_cli.lazy_exports import lazy_exports
+from agentfly_cli.plugin_host.hookspecs import hookimpl
+from agentfly_cli.plugin_host.lazy_exports import lazy_exports
 
 #: each env spec and its module, in registration order
 _ENVS = {

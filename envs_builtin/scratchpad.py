@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentfly_cli.envs.base import BaseEnv, EnvSpec
-from agentfly_cli.tools import tool
+from agentfly_cli.components.tools import tool
 
 MAX_NOTES = 64
 MAX_NOTE_CHARS = 4000

@@ -3,8 +3,8 @@
 The reward modules are imported when the hook runs, so loading the plugin stays cheap.
 """
 
-from agentfly_cli.hookspecs import hookimpl
-from agentfly_cli.lazy_exports import lazy_exports
+from agentfly_cli.plugin_host.hookspecs import hookimpl
+from agentfly_cli.plugin_host.lazy_exports import lazy_exports
 
 #: each reward and its module, in registration order
 _EXPORTS = {

@@ -14,7 +14,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from agentfly_cli.rewards import reward
+from agentfly_cli.components.rewards import reward
 from envs_builtin.chess_env import (
     OPPONENT_REPLY,
     IllegalMoveError,

@@ -10,7 +10,7 @@ The judge sees the question (``question_field``), the reference answer (``refere
 when the row has one, and the prediction. Its reply is parsed as ``VERDICT: YES/NO`` (1 or 0)
 or ``SCORE: N`` (N / ``max_score``, in [0, 1]). A reply that says neither, an HTTP error or a
 timeout is a failed reward with a one-line error (scored 0 by default, see ``on_error``).
-Requests go through :class:`~agentfly_cli.rollout.backends.openai.OpenAIHTTP`, as the
+Requests go through :class:`~agentfly_cli.backends.openai.OpenAIHTTP`, as the
 ``openai`` backend's do.
 """
 
@@ -26,7 +26,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentfly_cli.errors import UserError
-from agentfly_cli.rewards import MissingFieldError, Reward, RewardResult
+from agentfly_cli.components.rewards import MissingFieldError, Reward, RewardResult
 
 SYSTEM_PROMPT = (
     "You are a strict, fair grader. You compare a candidate answer with the question and, when "
@@ -174,7 +174,7 @@ class LLMJudge(Reward):
 
     def _client(self) -> Any:
         if self._http is None:
-            from agentfly_cli.rollout.backends.openai import OpenAIHTTP
+            from agentfly_cli.backends.openai import OpenAIHTTP
 
             base_url = self.options.base_url or os.environ.get("OPENAI_BASE_URL")
             if not base_url:
@@ -194,7 +194,7 @@ class LLMJudge(Reward):
         return self._http
 
     async def _ask(self, messages: list[dict[str, str]]) -> str:
-        from agentfly_cli.rollout.backends.openai import ServerError
+        from agentfly_cli.backends.openai import ServerError
 
         http = self._client()
         if self._model is None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from agentfly_cli.rewards import reward
+from agentfly_cli.components.rewards import reward
 from envs_builtin.scienceworld_sim import MAX_SCORE
 from rewards_builtin.calls import call_records
 

@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from agentfly_cli.rewards import reward
+from agentfly_cli.components.rewards import reward
 from rewards_builtin.calls import call_records
 
 SEARCH_TOOL = "search"

@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from agentfly_cli.rewards import reward
+from agentfly_cli.components.rewards import reward
 from rewards_builtin import scoring
 
 

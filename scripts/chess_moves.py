@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from agentfly_cli.errors import UserError
-from agentfly_cli.rollout.trajectory import Trajectory, read_trajectories
+from agentfly_cli.trajectory import Trajectory, read_trajectories
 from envs_builtin.chess_env import (
     IllegalMoveError,
     import_chess,

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from agentfly_cli.errors import UserError
-from agentfly_cli.rollout.trajectory import Trajectory, read_trajectories
+from agentfly_cli.trajectory import Trajectory, read_trajectories
 
 SCORE = re.compile(r"Score: (-?\d+)/100")
 KINDS = ("right", "wrong", "other", "unknown_only", "never")

@@ -32,7 +32,7 @@ def load_script(relative_path: str):
 @pytest.fixture(autouse=True)
 def _fresh_plugins(monkeypatch):
     """Each test starts with no cached plugin host and no AGENTFLY_* overrides."""
-    from agentfly_cli import plugins
+    from agentfly_cli.plugin_host import plugins
 
     for name in ("AGENTFLY_LOAD_PLUGINS", "AGENTFLY_DEBUG"):
         monkeypatch.delenv(name, raising=False)

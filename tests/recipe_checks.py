@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from agentfly_cli.cli.app import build_app
-from agentfly_cli.rollout.trajectory import read_trajectories
+from agentfly_cli.trajectory import read_trajectories
 
 runner = CliRunner()
 
@@ -71,7 +71,7 @@ def check_warm_start_plays_solutions(
     ``limit`` training tasks (dealt over ``warm_start.balance``'s values if set) are played in
     the real env and every one scores 1.0; no held-out task is among them; then one RL step
     runs from the fine-tuned model. Returns the chains."""
-    from agentfly_cli.config import load_config
+    from agentfly_cli.settings.loader import load_config
     from agentfly_cli.rollout.tasks import load_tasks
 
     config = load_config(recipe)
@@ -79,7 +79,7 @@ def check_warm_start_plays_solutions(
     split = {"holdout": data.holdout, "holdout_seed": data.holdout_seed}
     train = load_tasks(data.path, side="train", **split)
     if config.trainer.warm_start.balance:  # the first tasks of each kind
-        from agentfly_cli.train.warm_start import balanced_subset
+        from agentfly_cli.train.sft.warm_start import balanced_subset
 
         expected = balanced_subset(train, config.trainer.warm_start.balance, limit)
     else:

@@ -12,24 +12,24 @@ import torch
 from pydantic import ValidationError
 
 from agentfly_cli.errors import ComponentConflictError, UnknownComponentError, UserError
-from agentfly_cli.plugins import HOOK_KINDS, load_plugins, set_plugin_host
-from agentfly_cli.registry import KINDS
+from agentfly_cli.plugin_host.plugins import HOOK_KINDS, load_plugins, set_plugin_host
+from agentfly_cli.plugin_host.registry import KINDS
 from agentfly_cli.settings.algorithm import AlgorithmSettings
-from agentfly_cli.train.advantages import (
+from agentfly_cli.train.algorithms.advantages import (
     gae_advantages,
     grpo_advantages,
     reinforce_pp_advantages,
     reinforce_pp_baseline_advantages,
     rloo_advantages,
 )
-from agentfly_cli.train.algorithms import (
+from agentfly_cli.train.algorithms.interfaces import (
     AdvantageInput,
     get_advantage_estimator,
     get_policy_loss,
     needs_reference,
     zero_variance_groups,
 )
-from agentfly_cli.train.losses import (
+from agentfly_cli.train.algorithms.losses import (
     aggregate_loss,
     batch_counts,
     entropy_from_logits,
@@ -213,7 +213,7 @@ def test_batch_whitening_of_equal_returns_is_exactly_zero(dtype, reward):
 
 
 def test_group_statistics_are_float64_and_exact_for_equal_members():
-    from agentfly_cli.train.advantages import group_stats
+    from agentfly_cli.train.algorithms.advantages import group_stats
 
     scores = torch.tensor([0.7] * 8 + [1e6 + 0.5, 1e6 + 1.5], dtype=torch.float32)
     count, mean, std = group_stats(scores, ["a"] * 8 + ["b", "b"])
@@ -509,7 +509,7 @@ def test_gspo_aggregates_per_sequence_unless_loss_agg_is_set():
 
 @pytest.mark.parametrize("recipe", ["calculator", "code_math", "search_qa"])
 def test_gspo_on_a_builtin_recipe_aggregates_per_sequence(recipe):
-    from agentfly_cli.config import load_config
+    from agentfly_cli.settings.loader import load_config
 
     gspo = load_config(recipe, ["trainer.algorithm.policy_loss=gspo"]).trainer.algorithm
     assert gspo.loss_agg == "seq-mean-token-mean"
@@ -568,8 +568,8 @@ def test_unknown_algorithm_name_lists_the_available_ones():
 def test_loading_the_builtin_algorithms_does_not_import_torch():
     code = (
         "import sys\n"
-        "from agentfly_cli.plugins import load_plugins\n"
-        "from agentfly_cli.train.algorithms import AlgorithmSettings\n"
+        "from agentfly_cli.plugin_host.plugins import load_plugins\n"
+        "from agentfly_cli.train.algorithms.interfaces import AlgorithmSettings\n"
         "host = load_plugins(only={'agentfly-cli'})\n"
         "assert 'grpo' in host.components.advantages, host.plugins\n"
         "print('torch' in sys.modules)\n"
@@ -584,7 +584,7 @@ from agentfly_cli import hookimpl
 
 def max_baseline(data, config):
     '''Reward minus the best reward of the group.'''
-    from agentfly_cli.train.algorithms import AdvantageOutput
+    from agentfly_cli.train.algorithms.interfaces import AdvantageOutput
 
     best = {}
     for key, reward in zip(data.group_ids, data.rewards.tolist()):

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from agentfly_cli import allocator
+from agentfly_cli.runtime import malloc as allocator
 
 on_glibc = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
 

@@ -21,10 +21,10 @@ from typer.testing import CliRunner
 from agentfly_cli.cli.app import build_app
 from agentfly_cli.envs.manager import ResourceManager
 from agentfly_cli.envs.state import pid_alive
-from agentfly_cli.rollout.backends.scripted import ScriptedBackend
+from agentfly_cli.backends.scripted import ScriptedBackend
 from agentfly_cli.settings.envs import EnvPoolSettings
 from agentfly_cli.settings.rollout import RolloutSettings
-from agentfly_cli.train.async_rollouts import RolloutProducer
+from agentfly_cli.train.steps.async_rollouts import RolloutProducer
 from envs_builtin.scratchpad import SCRATCHPAD, notes_list, notes_read, notes_write
 
 

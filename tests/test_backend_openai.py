@@ -14,8 +14,8 @@ import pytest
 pytest.importorskip("httpx")
 
 from agentfly_cli.errors import UserError  # noqa: E402
-from agentfly_cli.rollout.backends.base import SamplingParams
-from agentfly_cli.rollout.backends.openai import OpenAIBackend, ServerError  # noqa: E402
+from agentfly_cli.backends.base import SamplingParams
+from agentfly_cli.backends.openai import OpenAIBackend, ServerError  # noqa: E402
 from agentfly_cli.settings.rollout import BackendSettings
 
 VLLM_EXTRAS = {
@@ -192,7 +192,7 @@ def test_text_only_server_falls_back_and_warns_once(server, tokenizer, caplog):
         async with backend:
             return [await backend.generate(prompt, params) for _ in range(2)]
 
-    with caplog.at_level(logging.WARNING, logger="agentfly_cli.rollout.backends.openai"):
+    with caplog.at_level(logging.WARNING, logger="agentfly_cli.backends.openai"):
         first, second = asyncio.run(go())
     assert not first.token_exact and not backend.returns_tokens and not backend.token_prompts
     assert first.text == "The answer is 42. ANSWER: 42" and first.logprobs is None
@@ -278,7 +278,7 @@ def test_agentfly_rollout_against_a_server(server, tiny_model, tmp_path, mode, e
     from typer.testing import CliRunner
 
     from agentfly_cli.cli.app import build_app
-    from agentfly_cli.rollout.trajectory import read_trajectories
+    from agentfly_cli.trajectory import read_trajectories
 
     server.mode = mode
     data = tmp_path / "data.jsonl"

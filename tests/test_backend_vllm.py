@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from agentfly_cli.rollout.backends.base import BackendUnavailableError, SamplingParams
+from agentfly_cli.backends.base import BackendUnavailableError, SamplingParams
 from agentfly_cli.settings.rollout import BackendSettings
 
 NO_VLLM = importlib.util.find_spec("vllm") is None
@@ -34,7 +34,7 @@ def run(coro):
 
 
 def test_missing_vllm_says_how_to_install(monkeypatch, tmp_path):
-    from agentfly_cli.rollout.backends.vllm import VLLMBackend
+    from agentfly_cli.backends.vllm import VLLMBackend
 
     monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm now raises ImportError
     with pytest.raises(BackendUnavailableError, match="make install-vllm"):
@@ -60,7 +60,7 @@ def hf_model(tiny_model):
 def backend(tiny_model, tokenizer):
     if NO_VLLM:
         pytest.skip(SKIP_REASON)
-    from agentfly_cli.rollout.backends.vllm import VLLMBackend
+    from agentfly_cli.backends.vllm import VLLMBackend
 
     config = BackendSettings(
         name="vllm", model=str(tiny_model), dtype="float32", gpu_memory_utilization=0.2
@@ -226,7 +226,7 @@ class TestVLLMBackend:
         old version; a request sent once the version moved waits and runs on the new ones."""
         import torch
 
-        from agentfly_cli.train.weight_sync import FullPush
+        from agentfly_cli.train.backends.weight_sync import FullPush
 
         prompt = prompts[1]
         before = run(backend.generate(prompt, GREEDY)).token_ids
@@ -303,7 +303,7 @@ def test_a_failing_engine_fails_every_waiting_request(tiny_model, tokenizer, pro
     """No request may hang when the engine dies: running, queued and later ones all fail."""
     if NO_VLLM:
         pytest.skip(SKIP_REASON)
-    from agentfly_cli.rollout.backends.vllm import VLLMBackend
+    from agentfly_cli.backends.vllm import VLLMBackend
 
     config = BackendSettings(
         name="vllm", model=str(tiny_model), dtype="float32", gpu_memory_utilization=0.2
@@ -341,7 +341,7 @@ def vllm_training_config(tiny_model, tmp_path, *overrides):
     """The calculator recipe on the tiny model with vllm rollouts, rewarded for digits."""
     import json
 
-    from agentfly_cli.config import load_config
+    from agentfly_cli.settings.loader import load_config
 
     data = tmp_path / "tasks.jsonl"
     data.write_text("".join(json.dumps({"question": f"{a} + 1?", "answer": "x"}) + "\n"
@@ -398,7 +398,7 @@ def test_async_training_on_vllm_rollouts_records_versions_and_bounds_staleness(
     every turn records the weights that sampled it, and no group is over one update old."""
     import json
 
-    from agentfly_cli.rollout.trajectory import read_trajectories
+    from agentfly_cli.trajectory import read_trajectories
     from agentfly_cli.train.trainer import Trainer
 
     overrides = ("trainer.steps=3", "trainer.mode=async", "trainer.max_staleness=1")

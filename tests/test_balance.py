@@ -10,9 +10,9 @@ import pytest
 from agentfly_cli.errors import UserError
 from agentfly_cli.settings.run import DataSettings
 from agentfly_cli.settings.train import CurriculumSettings, TrainerSettings
-from agentfly_cli.train.balance import BalancedStream
-from agentfly_cli.train.curriculum import task_stream
-from agentfly_cli.train.task_plan import TaskPlan
+from agentfly_cli.train.tasks.balance import BalancedStream
+from agentfly_cli.train.tasks.curriculum import task_stream
+from agentfly_cli.train.tasks.plan import TaskPlan
 
 # Nine kinds of unequal size (as search_qa's question types): kind k has 3 + 2k tasks.
 ROWS = [{"id": f"k{k}-{i}", "type": f"k{k}"} for k in range(9) for i in range(3 + 2 * k)]

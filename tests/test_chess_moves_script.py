@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from agentfly_cli.rollout.trajectory import ToolCallRecord, Trajectory, write_trajectories
+from agentfly_cli.trajectory import ToolCallRecord, Trajectory, write_trajectories
 from tests.conftest import load_script
 
 pytest.importorskip("chess")

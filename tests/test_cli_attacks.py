@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from agentfly_cli.cli.app import build_app
-from agentfly_cli.rollout.trajectory import Trajectory, write_trajectories
+from agentfly_cli.trajectory import Trajectory, write_trajectories
 
 runner = CliRunner()
 SFT = ("--quiet", "--set", "telemetry.sinks=[jsonl]")  # sft flags every sft case gets

@@ -216,7 +216,7 @@ def test_tool_file_that_calls_sys_exit(tmp_path, good, model_loads, monkeypatch)
 
 
 def test_keyboard_interrupt_at_import_is_not_swallowed(tmp_path):
-    from agentfly_cli.loading import load_object
+    from agentfly_cli.plugin_host.loading import load_object
 
     (tmp_path / "interrupted.py").write_text("raise KeyboardInterrupt\n")
     with pytest.raises(KeyboardInterrupt):
@@ -235,7 +235,7 @@ def test_unknown_backend_hint_names_a_command_that_lists_them(good, model_loads)
 
 
 def test_every_listed_kind_has_its_list_command():
-    from agentfly_cli.registry import KINDS, LISTED_KINDS, Registry
+    from agentfly_cli.plugin_host.registry import KINDS, LISTED_KINDS, Registry
 
     for kind in KINDS:
         message = str(Registry(kind)._unknown_message("nosuch"))

@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from agentfly_cli.cli.app import build_app
-from agentfly_cli.rollout.trajectory import read_trajectories
+from agentfly_cli.trajectory import read_trajectories
 
 runner = CliRunner()
 

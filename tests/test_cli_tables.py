@@ -123,7 +123,7 @@ def test_rollout_and_eval_reports_fit_80_columns(scripted):
 
 def test_view_summary_fits_80_columns(scripted, tmp_path):
     agentfly("rollout", *scripted)
-    from agentfly_cli.rollout.trajectory import read_trajectories
+    from agentfly_cli.trajectory import read_trajectories
 
     chain = read_trajectories(tmp_path / "out.jsonl")[3]
     shown = agentfly("view", tmp_path / "out.jsonl", "--index", "3")

@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from agentfly_cli.cli.app import build_app
-from agentfly_cli.safe_text import printable
+from agentfly_cli.files.safe_text import printable
 
 runner = CliRunner()
 RAW_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
@@ -158,7 +158,7 @@ def test_view_decodes_tokens_as_transformers_does(tiny_model):
     from transformers import AutoTokenizer
 
     from agentfly_cli.rollout.render import load_tokenizer_for, token_pieces
-    from agentfly_cli.rollout.trajectory import Trajectory
+    from agentfly_cli.trajectory import Trajectory
 
     text = "<|im_start|>user\nWhat is 2 + 3? café 你好 🙂\n\tdone.<|im_end|>"
     for source in _tokenizer_sources(tiny_model):

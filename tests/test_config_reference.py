@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from agentfly_cli.config_reference import markdown, sections
+from agentfly_cli.settings.reference import markdown, sections
 from agentfly_cli.settings import VARIABLES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,14 +42,14 @@ def test_every_agentfly_variable_is_declared_and_read_in_one_place():
         relative = path.relative_to(ROOT).as_posix()
         for name in re.findall(r"AGENTFLY_[A-Z_]+", text):
             used.setdefault(name, []).append(relative)
-        if relative != "agentfly_cli/settings/environment.py" and re.search(
+        if relative != "agentfly_cli/settings/variables.py" and re.search(
             r"(environ\.get|getenv|environ\[)\(?\s*[\"']AGENTFLY_", text
         ):
             direct_reads.append(relative)
     assert sorted(set(used) - set(VARIABLES)) == [], (
-        "declare these in agentfly_cli/settings/environment.py"
+        "declare these in agentfly_cli/settings/variables.py"
     )
     assert sorted(set(VARIABLES) - set(used)) == [], "declared but never used"
     assert direct_reads == [], (
-        "read AGENTFLY_* variables through agentfly_cli/settings/environment.py"
+        "read AGENTFLY_* variables through agentfly_cli/settings/variables.py"
     )

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from agentfly_cli.deadlines import within
+from agentfly_cli.runtime.deadlines import within
 
 
 async def instant() -> int:

@@ -38,7 +38,7 @@ def test_demo_learns_tool_use(tmp_path):
     assert (run_dir / "plot.png").stat().st_size > 10_000
     assert (run_dir / "metrics.jsonl").is_file()
     # the calculator's observations are masked: the trajectories record them with mask 0
-    from agentfly_cli.rollout.trajectory import read_trajectories
+    from agentfly_cli.trajectory import read_trajectories
 
     # held-out questions were evaluated at the start, every 5 steps and at the end
     assert "held-out questions (never trained on)" in done.stdout, report

@@ -21,7 +21,7 @@ SCRIPT = textwrap.dedent(
     signal.signal(signal.SIGINT, signal.default_int_handler)
     from agentfly_cli.envs.manager import ResourceManager
     from agentfly_cli.settings.envs import EnvPoolSettings
-    from agentfly_cli.shutdown import run_with_clean_shutdown
+    from agentfly_cli.runtime.shutdown import run_with_clean_shutdown
     from envs_builtin.scratchpad import SCRATCHPAD
 
     async def main():

@@ -11,7 +11,7 @@ import logging
 import pytest
 from typer.testing import CliRunner
 
-from agentfly_cli.chat.formats_deepseek import (
+from agentfly_cli.chat.formats.deepseek import (
     CALL_BEGIN,
     CALL_END,
     CALLS_BEGIN,
@@ -222,8 +222,8 @@ def test_loader_errors_are_one_line(tmp_path, folder):
 
 
 def test_the_backend_setting_reaches_the_chat_layer(broken, folder, tiny_model, tmp_path):
-    from agentfly_cli.config import load_config
-    from agentfly_cli.rollout.runner import resolve_run
+    from agentfly_cli.settings.loader import load_config
+    from agentfly_cli.rollout.from_settings import resolve_run
 
     data = tmp_path / "tasks.jsonl"
     data.write_text('{"question": "What is 1 + 2?", "answer": "3"}\n')

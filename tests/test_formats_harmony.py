@@ -10,7 +10,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from agentfly_cli.chat.formats_harmony import HarmonyParser, read_header
+from agentfly_cli.chat.formats.harmony import HarmonyParser, read_header
 from agentfly_cli.chat.parsers import get_parser
 from agentfly_cli.chat.templates import ChatTemplate
 from agentfly_cli.cli.app import build_app
@@ -282,7 +282,7 @@ def test_each_stage_of_a_multi_turn_rollout_is_what_the_template_renders(chat):
 
 
 def test_a_scripted_rollout_is_token_exact(chat):
-    from agentfly_cli.rollout.backends.scripted import ScriptedBackend
+    from agentfly_cli.backends.scripted import ScriptedBackend
     from agentfly_cli.rollout.engine import RolloutEngine
     from agentfly_cli.settings.rollout import RolloutSettings
     from rewards_builtin.text import math_equal

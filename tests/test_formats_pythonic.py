@@ -10,7 +10,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from agentfly_cli.chat.formats_pythonic import MAX_CHARS, PythonicParser
+from agentfly_cli.chat.formats.pythonic import MAX_CHARS, PythonicParser
 from agentfly_cli.chat.parsers import get_parser
 from agentfly_cli.chat.sources import guess_parser
 from agentfly_cli.chat.templates import ChatTemplate
@@ -221,7 +221,7 @@ def test_a_multi_turn_trajectory_is_token_exact(chat):
 
 
 def test_a_scripted_rollout_is_token_exact(chat):
-    from agentfly_cli.rollout.backends.scripted import ScriptedBackend
+    from agentfly_cli.backends.scripted import ScriptedBackend
     from agentfly_cli.rollout.engine import RolloutEngine
     from agentfly_cli.settings.rollout import RolloutSettings
     from rewards_builtin.text import math_equal

@@ -24,15 +24,15 @@ pytest.importorskip("mcp")
 
 from agentfly_cli.cli.app import build_app  # noqa: E402
 from agentfly_cli.errors import UserError  # noqa: E402
-from agentfly_cli.mcp_bridge import (  # noqa: E402
+from agentfly_cli.components.mcp_tools import (  # noqa: E402
     McpSessionEnv,
     is_mcp_spec,
     mcp_tools,
     parse_target,
     tool_name,
 )
-from agentfly_cli.rollout.trajectory import read_trajectories  # noqa: E402
-from agentfly_cli.schema import JsonSchemaArguments  # noqa: E402
+from agentfly_cli.trajectory import read_trajectories  # noqa: E402
+from agentfly_cli.components.schema import JsonSchemaArguments  # noqa: E402
 
 SERVER = Path(__file__).parent / "fixtures" / "mcp_server.py"
 runner = CliRunner()
@@ -127,7 +127,7 @@ def test_json_schema_arguments_validate_like_function_tools():
     assert spec.validate({"n": "3", "ok": "true"}) == {"n": 3, "ok": True}
     with pytest.raises(pydantic.ValidationError) as info:
         spec.validate({"ok": 1, "extra": 2, "point": {"x": "far"}})
-    from agentfly_cli.schema import format_validation_error
+    from agentfly_cli.components.schema import format_validation_error
 
     text = format_validation_error("demo", info.value)
     for part in (
@@ -198,7 +198,7 @@ def test_session_env_calls_isolates_and_survives_timeouts(tag):
 
 def test_a_server_that_never_answers_times_out_and_is_stopped(tag):
     from agentfly_cli.errors import UserError
-    from agentfly_cli.mcp_bridge import McpSessionError
+    from agentfly_cli.components.mcp_tools import McpSessionError
 
     env = McpSessionEnv(server_command(tag, "--hang"), connect_timeout=1.0)
     started = time.perf_counter()

@@ -8,8 +8,8 @@ import re
 import pytest
 
 import agentfly_cli
-from agentfly_cli import hookspecs
-from agentfly_cli.plugins import hook_names
+from agentfly_cli.plugin_host import hookspecs
+from agentfly_cli.plugin_host.plugins import hook_names
 from tests.conftest import REPO_ROOT
 
 HOOKS = hook_names()
@@ -108,8 +108,8 @@ def _recipe_table() -> dict[str, tuple[list[str], list[str]]]:
 
 
 def test_readme_recipe_table_matches_the_registered_recipes():
-    from agentfly_cli.config import load_config
-    from agentfly_cli.plugins import get_plugin_host
+    from agentfly_cli.settings.loader import load_config
+    from agentfly_cli.plugin_host.plugins import get_plugin_host
 
     recipes = get_plugin_host().components.recipes.entries()
     table = _recipe_table()
@@ -159,7 +159,7 @@ def test_train_on_the_tiny_model_prints_no_tensorboard_warning(
 
 def test_a_run_that_names_the_tensorboard_sink_is_told_when_it_is_missing():
     from agentfly_cli.settings.train import TelemetrySettings
-    from agentfly_cli.train.telemetry import default_optional_sinks
+    from agentfly_cli.train.telemetry.sinks import default_optional_sinks
 
     assert default_optional_sinks(TelemetrySettings()) == ("tensorboard",)
     assert default_optional_sinks(TelemetrySettings(sinks=["jsonl", "tensorboard"])) == ()

@@ -12,12 +12,12 @@ import pytest
 from typer.testing import CliRunner
 
 from agentfly_cli.cli.app import build_app
-from agentfly_cli.rollout.trajectory import read_trajectories
+from agentfly_cli.trajectory import read_trajectories
 
 runner = CliRunner()
 
 ECHO_TOOL = '''
-from agentfly_cli.tools import tool
+from agentfly_cli.components.tools import tool
 
 
 @tool
@@ -33,7 +33,7 @@ def echo(text: str) -> str:
 # A parser that reads every turn as one call of echo with a lone surrogate in its argument, as
 # a model produces by writing the JSON escape "\\ud800": the train test needs no luck in sampling.
 SURROGATE_PARSER = """
-from agentfly_cli.chat.parsed import BaseParser, ParsedResponse, ToolCall
+from agentfly_cli.chat.parser_output import BaseParser, ParsedResponse, ToolCall
 
 
 class SurrogateParser(BaseParser):
@@ -243,7 +243,7 @@ def test_held_out_eval_whose_chains_all_abort_is_one_line_and_exit_2(tiny_model,
     "text", ["\ud800", "a\udfffb", "\ud83d", "caf\u00e9 \U0001f600", "\\ud800", '"\ud800"']
 )
 def test_json_lines_are_utf8_and_read_back_exactly(text):
-    from agentfly_cli.surrogates import json_line
+    from agentfly_cli.files.surrogates import json_line
 
     line = json_line({"k\ud800": [text, {"x": text}]})
     line.encode("utf-8")  # strict
@@ -252,7 +252,7 @@ def test_json_lines_are_utf8_and_read_back_exactly(text):
 
 
 def test_write_trajectories_round_trips_surrogates(tmp_path):
-    from agentfly_cli.rollout.trajectory import ToolCallRecord, Trajectory, write_trajectories
+    from agentfly_cli.trajectory import ToolCallRecord, Trajectory, write_trajectories
 
     record = ToolCallRecord(0, "c", "echo", {"text": "\ud800"}, "heard", "ok")
     trajectory = Trajectory(tool_calls=[record], prediction="x\udc00", task={"q": "\ud800"})

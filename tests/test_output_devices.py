@@ -11,8 +11,8 @@ import threading
 
 import pytest
 
-from agentfly_cli.output_paths import rename_target
-from agentfly_cli.rollout.trajectory import Trajectory, read_trajectories, write_trajectories
+from agentfly_cli.files.output_paths import rename_target
+from agentfly_cli.trajectory import Trajectory, read_trajectories, write_trajectories
 from tests.test_cli_rollout import agentfly, files, scripted_args  # noqa: F401 (fixture)
 
 

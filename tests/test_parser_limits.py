@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from agentfly_cli.chat.json_extent import value_end
-from agentfly_cli.chat.parsed import strip_fence, strip_trailing_markers
+from agentfly_cli.chat.formats.json_extent import value_end
+from agentfly_cli.chat.parser_output import strip_fence, strip_trailing_markers
 from tests.parse_timing import ParseClock
 
 PARSERS = ["hermes", "llama3_json", "mistral", "react", "line", "harmony", "pythonic"]

@@ -16,8 +16,8 @@ from agentfly_cli.chat.builtin_parsers import BUILTIN_PARSERS
 from agentfly_cli.chat.parsers import get_parser, parser_names
 from agentfly_cli.cli.app import build_app
 from agentfly_cli.errors import ComponentConflictError, UnknownComponentError, UserError
-from agentfly_cli.plugins import load_plugins
-from agentfly_cli.rollout.trajectory import read_trajectories
+from agentfly_cli.plugin_host.plugins import load_plugins
+from agentfly_cli.trajectory import read_trajectories
 
 # the names declared in chat/builtin_parsers.py (tests/test_parsers.py checks the list itself)
 BUILTINS = sorted(
@@ -29,7 +29,7 @@ BANG = '''
 import json
 
 from agentfly_cli import hookimpl
-from agentfly_cli.chat.parsed import BaseParser, ParsedResponse, ToolCall
+from agentfly_cli.chat.parser_output import BaseParser, ParsedResponse, ToolCall
 
 
 class Bang(BaseParser):
@@ -70,7 +70,7 @@ def plugin_registering(register_lines: str) -> str:
     """A plugin module whose register_parsers hook runs ``register_lines``."""
     return (
         "from agentfly_cli import hookimpl\n"
-        "from agentfly_cli.chat.formats_json import HermesParser\n\n"
+        "from agentfly_cli.chat.formats.json_calls import HermesParser\n\n"
         "class Other(HermesParser):\n    name = 'other'\n\n"
         "@hookimpl\ndef register_parsers(register):\n"
         + "".join(f"    {line}\n" for line in register_lines.splitlines())
@@ -167,7 +167,7 @@ def test_a_name_registered_twice_by_one_plugin(make_plugin):
 @pytest.mark.parametrize(
     ("register_lines", "fragment"),
     [
-        ("register(Other())", "takes a parser class (a subclass of agentfly_cli.chat.parsed."),
+        ("register(Other())", "takes a parser class (a subclass of agentfly_cli.chat.parser_output."),
         ("register('hermes')", "got str 'hermes'"),
         ("register(dict)", "parser class dict has no parse or from_options method; subclass"),
         ("register(Other, name='a:b')", "name must be a non-empty string without ':'"),
@@ -222,12 +222,12 @@ def test_building_the_cli_imports_no_parser_module():
     code = (
         "import sys\n"
         "from agentfly_cli.cli.app import build_app\n"
-        "from agentfly_cli.plugins import get_plugin_host\n"
+        "from agentfly_cli.plugin_host.plugins import get_plugin_host\n"
         "build_app()\n"
         "chat = sorted(m for m in sys.modules if m.startswith('agentfly_cli.chat'))\n"
         "print(chat)\n"
         "get_plugin_host().components\n"
-        "print('agentfly_cli.chat.formats_json' in sys.modules)\n"
+        "print('agentfly_cli.chat.formats.json_calls' in sys.modules)\n"
     )
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True

@@ -450,7 +450,7 @@ def test_deeply_nested_json_does_not_crash(name):
 def test_a_parser_from_a_file(tmp_path):
     source = tmp_path / "my_format.py"
     source.write_text(
-        "from agentfly_cli.chat.parsed import BaseParser, ParsedResponse, ToolCall\n"
+        "from agentfly_cli.chat.parser_output import BaseParser, ParsedResponse, ToolCall\n"
         "class Shout(BaseParser):\n"
         "    name = 'shout'\n"
         "    def parse_body(self, body):\n"

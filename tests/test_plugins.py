@@ -9,7 +9,7 @@ import typer
 from typer.testing import CliRunner
 
 from agentfly_cli.errors import ComponentConflictError, UnknownComponentError
-from agentfly_cli.plugins import hook_names, load_plugins, requested_distributions
+from agentfly_cli.plugin_host.plugins import hook_names, load_plugins, requested_distributions
 
 HEADER = "from agentfly_cli import hookimpl, tool, reward\n"
 
@@ -152,7 +152,7 @@ def register_train_backends(register):
     assert entry.description == "torch, marked" and entry.provenance.distribution == dist
     assert {"torch", "deepspeed"} <= set(host.components.train_backends)
 
-    from agentfly_cli.api import load_config
+    from agentfly_cli.api.functions import load_config
     from agentfly_cli.train.trainer import Trainer
 
     config = load_config(
@@ -410,7 +410,7 @@ def test_hook_names_match_the_hookspecs():
 
 
 def test_unknown_name_mentions_failed_plugins(make_plugin):
-    from agentfly_cli.loading import resolve_tool
+    from agentfly_cli.plugin_host.loading import resolve_tool
 
     broken = make_plugin("raise ImportError('missing dependency')\n", entry_point="mine")
     host = load("agentfly-cli", broken)
@@ -450,7 +450,7 @@ def register_commands(app):
         entry_point="second",
     )
     from agentfly_cli.cli.app import build_app
-    from agentfly_cli.plugins import set_plugin_host
+    from agentfly_cli.plugin_host.plugins import set_plugin_host
 
     host = load("agentfly-cli", first, second)
     set_plugin_host(host)

@@ -285,7 +285,7 @@ def test_step_takes_a_string_or_a_code_dict():
 
 
 def test_registered_through_the_builtin_plugin():
-    from agentfly_cli.plugins import load_plugins
+    from agentfly_cli.plugin_host.plugins import load_plugins
 
     components = load_plugins(only={"agentfly-cli"}).components
     assert components.envs.get("python") is PYTHON

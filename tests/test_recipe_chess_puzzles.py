@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agentfly_cli.config import load_config
+from agentfly_cli.settings.loader import load_config
 from agentfly_cli.errors import UserError
 from tests.conftest import load_script
 from tests.recipe_checks import (

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from agentfly_cli.config import load_config
+from agentfly_cli.settings.loader import load_config
 from agentfly_cli.errors import UserError
-from agentfly_cli.loading import resolve_reward, resolve_tools
+from agentfly_cli.plugin_host.loading import resolve_reward, resolve_tools
 from tests.test_cli_bad_input import agentfly, one_line_error
 
 REWARD = "def score(prediction, answer):\n    return float(prediction == answer)\n"
@@ -92,7 +92,7 @@ def test_a_missing_recipe_data_file_names_the_path_beside_the_recipe(recipe_fold
 
 
 PARSER = (
-    "from agentfly_cli.chat.parsed import BaseParser, ParsedResponse\n"
+    "from agentfly_cli.chat.parser_output import BaseParser, ParsedResponse\n"
     "class Plain(BaseParser):\n    name = 'plain'\n"
     "    def parse_body(self, body):\n        return ParsedResponse(body, [])\n"
 )

@@ -334,7 +334,7 @@ def test_reward_is_the_last_reported_score_over_100(calls, expected, extras):
 
 
 def test_reward_reads_a_truncated_observation_by_its_tail():
-    from agentfly_cli.tools import truncate_observation
+    from agentfly_cli.components.tools import truncate_observation
 
     long, _ = truncate_observation("a room\n" * 500 + "The task is complete. Score: 100/100.", 300)
     assert final_score({"tool_calls": [_call("sw_act", long)]})["won"] is True

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from agentfly_cli.config import load_config
+from agentfly_cli.settings.loader import load_config
 from agentfly_cli.errors import UserError
 from tests.recipe_checks import (
     SOLUTION_ROWS,

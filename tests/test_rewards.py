@@ -10,7 +10,7 @@ import pytest
 
 from agentfly_cli import CombinedReward, Reward, RewardResult, reward
 from agentfly_cli.errors import RewardError
-from agentfly_cli.rewards import RewardDefinitionError
+from agentfly_cli.components.rewards import RewardDefinitionError
 
 
 def run(coro):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from agentfly_cli.rollout.trajectory import Trajectory
+from agentfly_cli.trajectory import Trajectory
 from tests.test_rollout_engine import call, chat, make_engine  # noqa: F401
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "rewards.md"

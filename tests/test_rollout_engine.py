@@ -9,12 +9,12 @@ import pytest
 
 from agentfly_cli.chat.parsers import get_parser
 from agentfly_cli.chat.templates import ChatTemplate
-from agentfly_cli.rollout.backends.scripted import ScriptedBackend
+from agentfly_cli.backends.scripted import ScriptedBackend
 from agentfly_cli.rollout.engine import RolloutEngine
-from agentfly_cli.rollout.trajectory import Trajectory, read_trajectories, write_trajectories
+from agentfly_cli.trajectory import Trajectory, read_trajectories, write_trajectories
 from agentfly_cli.settings.chat import ObservationSettings
 from agentfly_cli.settings.rollout import RolloutSettings
-from agentfly_cli.tools import tool
+from agentfly_cli.components.tools import tool
 from rewards_builtin.text import math_equal
 from tools_builtin.answer import answer
 from tools_builtin.calculator import calculator
@@ -255,7 +255,7 @@ def test_backend_failure_aborts_only_that_chain(chat):
 
 
 def test_env_tools_keep_state_within_a_chain_and_not_across(chat):
-    from agentfly_cli.plugins import get_plugin_host
+    from agentfly_cli.plugin_host.plugins import get_plugin_host
     from envs_builtin.scratchpad import notes_list, notes_write
 
     spec = get_plugin_host().components.envs.get("scratchpad")
@@ -373,7 +373,7 @@ def test_trajectory_jsonl_round_trip_and_tamper_check(chat, tmp_path):
 
 def test_calls_of_one_turn_share_one_env(chat):
     """Two calls in one turn that need the same env get the same (started once) env."""
-    from agentfly_cli.plugins import get_plugin_host
+    from agentfly_cli.plugin_host.plugins import get_plugin_host
     from envs_builtin.scratchpad import notes_list, notes_write
 
     spec = get_plugin_host().components.envs.get("scratchpad")

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from agentfly_cli.cli.app import build_app
-from agentfly_cli.rollout.trajectory import read_trajectories
+from agentfly_cli.trajectory import read_trajectories
 from tests.recipe_checks import needs_smollm2
 
 runner = CliRunner()

@@ -1,4 +1,4 @@
-"""Where runs write: default names, no overwrite, the resume guard (agentfly_cli/run_folders.py)."""
+"""Where runs write: default names, no overwrite, the resume guard (agentfly_cli/files/run_folders.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from agentfly_cli.errors import UserError
-from agentfly_cli.run_folders import training_folder, trajectory_file
+from agentfly_cli.files.run_folders import training_folder, trajectory_file
 
 
 def config(out=None, trainer_out=None):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from agentfly_cli.rollout.trajectory import Trajectory, write_trajectories
+from agentfly_cli.trajectory import Trajectory, write_trajectories
 from tests.conftest import load_script
 
 QUESTION = "Your task is to find a(n) animal. First, focus on the thing."

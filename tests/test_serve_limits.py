@@ -20,7 +20,7 @@ import pytest
 
 from agentfly_cli.chat.parsers import get_parser
 from agentfly_cli.chat.templates import ChatTemplate
-from agentfly_cli.rollout.backends.base import SamplingParams
+from agentfly_cli.backends.base import SamplingParams
 from agentfly_cli.serve.app import build_app
 from agentfly_cli.serve.gateway import Gateway, RequestError
 from agentfly_cli.serve.limits import ServeLimits
@@ -187,7 +187,7 @@ def test_a_seed_out_of_range_is_a_400_for_that_request_only(tiny_chat):
 
 @pytest.fixture(scope="module")
 def hf_backend(tiny_model, tiny_chat):
-    from agentfly_cli.rollout.backends.hf import HFBackend
+    from agentfly_cli.backends.hf import HFBackend
     from agentfly_cli.settings.rollout import BackendSettings
 
     return HFBackend(BackendSettings(model=str(tiny_model), device="cpu", batch_wait_ms=50),
@@ -344,7 +344,7 @@ def test_the_hf_backend_takes_a_model_without_get_input_embeddings(tiny_model, t
     (its prompt ids are then not checked against the vocabulary)."""
     import transformers
 
-    from agentfly_cli.rollout.backends.hf import HFBackend
+    from agentfly_cli.backends.hf import HFBackend
     from agentfly_cli.settings.rollout import BackendSettings
 
     model = transformers.AutoModelForCausalLM.from_pretrained(str(tiny_model))

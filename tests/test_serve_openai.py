@@ -85,7 +85,7 @@ def test_streaming_and_errors_follow_the_openai_format(tiny_chat):
 
 
 def test_the_tiny_models_own_samples_are_captured_token_exactly(tiny_model, tiny_chat):
-    from agentfly_cli.rollout.backends.hf import HFBackend
+    from agentfly_cli.backends.hf import HFBackend
     from agentfly_cli.settings.rollout import BackendSettings
 
     backend = HFBackend(BackendSettings(model=str(tiny_model), device="cpu"), tiny_chat)
@@ -120,7 +120,7 @@ def test_agentfly_serve_runs_records_and_refuses_bad_input(tiny_model, tmp_path)
     import sys
     import time
 
-    from agentfly_cli.rollout.trajectory import Trajectory, TrajectoryWriter, read_trajectories
+    from agentfly_cli.trajectory import Trajectory, TrajectoryWriter, read_trajectories
 
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     record = tmp_path / "episodes.jsonl"

@@ -156,7 +156,7 @@ def probe(task, base_url):
 
 
 def test_an_agent_cannot_list_end_or_invent_episodes_during_an_agent_run(tmp_path, tiny_chat):
-    from agentfly_cli.serve.agent_engine import AgentEngine, load_agent
+    from agentfly_cli.rollout.agent_engine import AgentEngine, load_agent
     from agentfly_cli.settings.agent import AgentSettings
     from agentfly_cli.settings.rollout import RolloutSettings
 

@@ -12,7 +12,7 @@ import pytest
 
 from agentfly_cli.chat.parsers import get_parser
 from agentfly_cli.chat.templates import ChatTemplate
-from agentfly_cli.rollout.backends.base import Generation
+from agentfly_cli.backends.base import Generation
 from agentfly_cli.serve.gateway import Gateway
 from agentfly_cli.serve.streaming import ReplyStream, opens_in_think
 from tests.test_serve_capture import TOOLS, Replies, call
@@ -245,8 +245,8 @@ def test_a_bad_request_is_refused_before_any_event(tiny_chat):
 
 
 def test_the_hf_backend_streams_each_decode_step(tiny_model, tiny_chat):
-    from agentfly_cli.rollout.backends.base import SamplingParams
-    from agentfly_cli.rollout.backends.hf import HFBackend
+    from agentfly_cli.backends.base import SamplingParams
+    from agentfly_cli.backends.hf import HFBackend
     from agentfly_cli.settings.rollout import BackendSettings
 
     backend = HFBackend(BackendSettings(model=str(tiny_model), device="cpu"), tiny_chat)
@@ -269,7 +269,7 @@ def test_the_hf_backend_streams_each_decode_step(tiny_model, tiny_chat):
 
 def test_the_openai_sdk_reads_a_token_stream_from_the_tiny_model(tiny_model, tiny_chat):
     openai = pytest.importorskip("openai", reason="the openai SDK is a dev dependency")
-    from agentfly_cli.rollout.backends.hf import HFBackend
+    from agentfly_cli.backends.hf import HFBackend
     from agentfly_cli.serve.app import build_app
     from agentfly_cli.serve.server import serving_in_thread
     from agentfly_cli.settings.rollout import BackendSettings

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from agentfly_cli.errors import UserError
-from agentfly_cli.rollout.trajectory import Trajectory, read_trajectories
-from agentfly_cli.train.sft import (
+from agentfly_cli.trajectory import Trajectory, read_trajectories
+from agentfly_cli.train.sft.fine_tune import (
     SFTRunner,
     build_settings,
     check_tokenizer,
@@ -110,7 +110,7 @@ def test_the_loss_is_the_cross_entropy_of_the_masked_tokens_only(tiny_model, dem
     """The runner's mean loss equals -log p of exactly the loss-masked tokens, computed the
     plain way: one full forward pass per chain, no prefix sharing. The runner forwards the
     prompt prefix that all six chains (three tasks) share once."""
-    from agentfly_cli.train.batch import plan_micro_batches
+    from agentfly_cli.train.tensors.batch import plan_micro_batches
 
     chains = read_trajectories(demos)[:6]
     rows = train_rows(chains)
@@ -279,8 +279,8 @@ def test_cli_errors_are_one_line_with_exit_2(demos, tmp_path, arguments, message
 
 
 def test_sft_settings_that_name_the_tensorboard_sink_are_told_when_it_is_missing():
-    from agentfly_cli.train.sft import build_settings
-    from agentfly_cli.train.telemetry import default_optional_sinks
+    from agentfly_cli.train.sft.fine_tune import build_settings
+    from agentfly_cli.train.telemetry.sinks import default_optional_sinks
 
     assert default_optional_sinks(build_settings().telemetry) == ("tensorboard",)
     named = build_settings(["telemetry.sinks=[jsonl,tensorboard]"]).telemetry

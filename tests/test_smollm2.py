@@ -81,8 +81,8 @@ def test_tokenizer_ids_equal_the_real_smollm2(tokenizers, realdata):
 
 @needs_smollm2
 def test_hf_backend_answers_two_plus_two(smollm2, ours):
-    from agentfly_cli.rollout.backends.base import SamplingParams
-    from agentfly_cli.rollout.backends.hf import HFBackend
+    from agentfly_cli.backends.base import SamplingParams
+    from agentfly_cli.backends.hf import HFBackend
     from agentfly_cli.settings.rollout import BackendSettings
 
     tokenizer = ours

@@ -1,5 +1,5 @@
 """A run's outputs are published all at once: a failure leaves OUT as it was
-(agentfly_cli/train/staged_folder.py), and sft's reward filter is never silently off."""
+(agentfly_cli/files/staged_folder.py), and sft's reward filter is never silently off."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import errno
 import pytest
 
 from agentfly_cli.errors import UserError
-from agentfly_cli.rollout.trajectory import Trajectory
-from agentfly_cli.train.sft import select_chains
-from agentfly_cli.train.staged_folder import staged_folder
+from agentfly_cli.trajectory import Trajectory
+from agentfly_cli.train.sft.fine_tune import select_chains
+from agentfly_cli.files.staged_folder import staged_folder
 
 
 def test_outputs_appear_only_when_the_run_ends_and_replace_the_earlier_ones(tmp_path):
@@ -65,7 +65,7 @@ def test_a_failed_swap_while_publishing_puts_the_earlier_folder_back(tmp_path, m
     failed, OUT had no model at all (the earlier one sat in a hidden .old- folder)."""
     import os
 
-    from agentfly_cli.train import staged_folder as module
+    from agentfly_cli.files import staged_folder as module
 
     out = tmp_path / "out"
     (out / "model").mkdir(parents=True)

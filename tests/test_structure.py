@@ -101,7 +101,7 @@ def test_the_cycle_finder_finds_a_cycle():
 def test_the_graph_sees_the_imports():
     graph = import_graph()
     assert "agentfly_cli.envs.pool_warmth" in graph["agentfly_cli.envs.pool"]
-    assert "agentfly_cli.train.step_batch" in graph["agentfly_cli.train.update"]
+    assert "agentfly_cli.train.tensors.step_batch" in graph["agentfly_cli.train.update"]
 
 
 def test_no_import_cycle():

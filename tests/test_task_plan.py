@@ -8,7 +8,7 @@ import pytest
 from agentfly_cli.errors import UserError
 from agentfly_cli.settings.run import DataSettings
 from agentfly_cli.settings.train import TrainerSettings
-from agentfly_cli.train.task_plan import TaskPlan
+from agentfly_cli.train.tasks.plan import TaskPlan
 
 ROWS = [{"id": f"t{i}", "level": 1 + i % 2} for i in range(40)]
 DATA = DataSettings(path="tasks.jsonl")

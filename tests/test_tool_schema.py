@@ -9,7 +9,7 @@ import pydantic
 import pytest
 
 from agentfly_cli import tool
-from agentfly_cli.tools import ToolDefinitionError
+from agentfly_cli.components.tools import ToolDefinitionError
 
 
 class Color(enum.Enum):

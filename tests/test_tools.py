@@ -13,7 +13,7 @@ import pytest
 
 from agentfly_cli import Tool, ToolResult, tool
 from agentfly_cli.envs.base import BaseEnv
-from agentfly_cli.tools import ToolErrorKind, truncate_observation
+from agentfly_cli.components.tools import ToolErrorKind, truncate_observation
 
 
 @tool

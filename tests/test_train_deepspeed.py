@@ -62,7 +62,7 @@ def test_two_ranks_train_checkpoint_and_resume(tmp_path, tiny_model, stage):
     assert done.stdout.count("run folder:") == 1  # one report, from rank 0
     shares = sorted(p.name for p in (run_dir / "trajectories").iterdir())
     assert shares == [f"step-00000{s}-rank{r}.jsonl" for s in (1, 2) for r in (0, 1)]
-    from agentfly_cli.rollout.trajectory import read_trajectories
+    from agentfly_cli.trajectory import read_trajectories
 
     # each rank rolled out its own task of the step: positions 0 and 1, each n=3 chains
     for rank in (0, 1):
@@ -93,7 +93,7 @@ def test_the_deepspeed_launcher_works_too_and_ranks_share_the_held_out_eval(tmp_
     # 3 eval tasks split 2 + 1 over the ranks; rank 0 logs the merged result, once per eval
     evals = [line for line in lines if "eval/tasks" in line]
     assert [(e["step"], e["eval/tasks"]) for e in evals] == [(0, 3.0), (1, 3.0)]
-    from agentfly_cli.rollout.trajectory import read_trajectories
+    from agentfly_cli.trajectory import read_trajectories
 
     folder = run_dir / "trajectories"
     shares = [len(read_trajectories(folder / f"eval-000001-rank{r}.jsonl")) for r in (0, 1)]
@@ -103,7 +103,7 @@ def test_the_deepspeed_launcher_works_too_and_ranks_share_the_held_out_eval(tmp_
 def test_one_deepspeed_process_trains_asynchronously(tmp_path, tiny_model):
     """``trainer.mode: async`` on the deepspeed backend (one process: multi-rank async is
     refused): the next batch rolls out on the previous weights during each update."""
-    from agentfly_cli.rollout.trajectory import read_trajectories
+    from agentfly_cli.trajectory import read_trajectories
 
     run_dir = tmp_path / "run"
     async_1 = ["--set", "trainer.mode=async", "--set", "trainer.max_staleness=1"]

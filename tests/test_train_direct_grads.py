@@ -10,9 +10,9 @@ import torch.utils._pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import AutoModelForCausalLM
 
-from agentfly_cli.train.batch import TrainRow, plan_micro_batches
-from agentfly_cli.train.direct_grads import direct_embedding, direct_head, embed, project
-from agentfly_cli.train.logprobs import auto_chunk_size, sequence_logprobs, split_model
+from agentfly_cli.train.tensors.batch import TrainRow, plan_micro_batches
+from agentfly_cli.train.tensors.direct_grads import direct_embedding, direct_head, embed, project
+from agentfly_cli.train.tensors.logprobs import auto_chunk_size, sequence_logprobs, split_model
 
 
 @pytest.fixture

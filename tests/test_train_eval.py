@@ -10,12 +10,12 @@ import pytest
 from typer.testing import CliRunner
 
 from agentfly_cli.cli.app import build_app
-from agentfly_cli.config import load_config
+from agentfly_cli.settings.loader import load_config
 from agentfly_cli.errors import UserError
-from agentfly_cli.rollout.trajectory import Trajectory, read_trajectories
+from agentfly_cli.trajectory import Trajectory, read_trajectories
 from agentfly_cli.settings.run import DataSettings
 from agentfly_cli.settings.train import EvalSettings
-from agentfly_cli.train.evaluation import (
+from agentfly_cli.train.tasks.evaluation import (
     EVAL_TASKS_FILE,
     EvalSplit,
     HeldOutEval,
@@ -220,7 +220,7 @@ def test_held_out_tasks_with_a_lone_surrogate_are_written_and_read_back(tmp_path
 
 
 def test_sft_task_files_escape_a_lone_surrogate(tmp_path):
-    from agentfly_cli.train.sft import write_tasks
+    from agentfly_cli.train.sft.fine_tune import write_tasks
 
     task = {"question": "odd \udfff text", "answer": "1"}
     chain = Trajectory(task=task, group_id="g0")

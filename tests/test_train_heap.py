@@ -8,13 +8,13 @@ import sys
 
 import pytest
 
-from agentfly_cli.train import heap
+from agentfly_cli.runtime import malloc as heap
 
 # Frees 252 MB of 4 MB blocks below a live one, after an 8 MB free raised glibc's dynamic mmap
 # threshold: from the heap, that space stays in the process (the live top block pins it).
 FRAGMENTED_HEAP = """
 import ctypes, sys
-from agentfly_cli.train.heap import return_freed_memory
+from agentfly_cli.runtime.malloc import return_freed_memory
 if sys.argv[1] == "fixed":
     assert return_freed_memory()
 libc = ctypes.CDLL(None)
@@ -57,7 +57,7 @@ def test_freed_blocks_go_back_to_the_os():
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt: Linux only")
 def test_with_the_decode_tuning_on_the_thresholds_are_left_to_the_backends():
-    # the hf and torch backends raise them (agentfly_cli/allocator.py): fixing them first
+    # the hf and torch backends raise them (agentfly_cli/runtime/malloc.py): fixing them first
     # would only be undone, so the freed blocks stay as without the call
     kept, fixed = rss_after_frees("fixed", tuning="1"), rss_after_frees("fixed")
     assert kept - fixed > 200, (kept, fixed)  # MB
@@ -66,7 +66,7 @@ def test_with_the_decode_tuning_on_the_thresholds_are_left_to_the_backends():
 # Four threads alive at once, each allocating: by default each gets an arena of its own.
 THREAD_ARENAS = """
 import ctypes, sys, threading
-from agentfly_cli.train.heap import return_freed_memory
+from agentfly_cli.runtime.malloc import return_freed_memory
 if sys.argv[1] == "fixed":
     assert return_freed_memory()
 libc = ctypes.CDLL(None)
@@ -102,7 +102,7 @@ def test_threads_share_one_arena():
 
 def test_the_cli_sets_it_before_torch_is_imported():
     code = (
-        "import sys, agentfly_cli.train.heap as heap\n"
+        "import sys, agentfly_cli.runtime.malloc as heap\n"
         "calls = []\n"
         "heap.return_freed_memory = lambda: calls.append('torch' in sys.modules)\n"
         "from agentfly_cli.cli import app\n"
@@ -121,7 +121,7 @@ def test_the_cli_sets_it_before_torch_is_imported():
 # which keeps the heap from shrinking: only malloc_trim hands the free pages below it back.
 SMALL_BLOCKS = """
 import ctypes, sys
-from agentfly_cli.train.heap import return_freed_memory, trim_heap
+from agentfly_cli.runtime.malloc import return_freed_memory, trim_heap
 assert return_freed_memory()
 libc = ctypes.CDLL(None)
 libc.malloc.restype = ctypes.c_void_p

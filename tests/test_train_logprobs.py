@@ -10,17 +10,17 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from agentfly_cli.settings.algorithm import AlgorithmSettings
-from agentfly_cli.train import losses
-from agentfly_cli.train.advantages import grpo_advantages
-from agentfly_cli.train.algorithms import AdvantageInput
-from agentfly_cli.train.batch import (
+from agentfly_cli.train.algorithms.interfaces import losses
+from agentfly_cli.train.algorithms.advantages import grpo_advantages
+from agentfly_cli.train.algorithms.interfaces import AdvantageInput
+from agentfly_cli.train.tensors.batch import (
     TrainRow,
     plan_micro_batches,
     scatter_rows,
     shared_prefix_length,
     trained_mask,
 )
-from agentfly_cli.train.logprobs import naive_sequence_logprobs, sequence_logprobs
+from agentfly_cli.train.tensors.logprobs import naive_sequence_logprobs, sequence_logprobs
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,8 @@ import json
 import pytest
 import torch
 
-from agentfly_cli.config import load_config
-from agentfly_cli.train.logprobs import GREEDY_BELOW, logprob_temperature
+from agentfly_cli.settings.loader import load_config
+from agentfly_cli.train.tensors.logprobs import GREEDY_BELOW, logprob_temperature
 from agentfly_cli.train.trainer import Trainer
 
 

@@ -10,7 +10,7 @@ from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 from agentfly_cli.cli.app import build_app
-from agentfly_cli.config import load_config
+from agentfly_cli.settings.loader import load_config
 from agentfly_cli.errors import UserError
 from agentfly_cli.train.checkpoint import CheckpointManager
 from agentfly_cli.train.trainer import Trainer
@@ -167,7 +167,7 @@ def test_config_errors_are_one_line_with_exit_2(tiny_model, override, expected):
 def test_the_trainer_checks_the_rollout_backends_capability_flags(
     recipe, tmp_path, monkeypatch, sets, expected
 ):
-    from agentfly_cli.rollout.backends.hf import HFBackend
+    from agentfly_cli.backends.hf import HFBackend
 
     script = tmp_path / "script.jsonl"
     script.write_text("")
@@ -299,7 +299,7 @@ def test_one_step_numbering_everywhere(recipe, tmp_path):
     checkpoints and the plot; a held-out eval carries the steps done (0: before step 1)."""
     import io
 
-    from agentfly_cli.train.telemetry import read_metrics
+    from agentfly_cli.train.telemetry.sinks import read_metrics
 
     run_dir = tmp_path / "run"
     config = make_config(
@@ -330,7 +330,7 @@ def test_one_step_numbering_everywhere(recipe, tmp_path):
         "eval-000000.jsonl", "eval-000002.jsonl", "eval-000003.jsonl",
         "step-000001.jsonl", "step-000002.jsonl", "step-000003.jsonl",
     ]  # fmt: skip
-    from agentfly_cli.rollout.trajectory import read_trajectories
+    from agentfly_cli.trajectory import read_trajectories
 
     for step in (1, 2, 3):
         groups = {
@@ -338,7 +338,7 @@ def test_one_step_numbering_everywhere(recipe, tmp_path):
         }
         assert {g.split(":")[0] for g in groups} == {f"s{step}"}
     assert CheckpointManager(run_dir).steps() == [1, 2, 3]
-    from agentfly_cli.train.telemetry import plot_figure
+    from agentfly_cli.train.telemetry.sinks import plot_figure
 
     reward_axis = plot_figure(records).axes[0]
     train_line, eval_line = reward_axis.get_lines()
@@ -348,7 +348,7 @@ def test_one_step_numbering_everywhere(recipe, tmp_path):
 
 
 def test_progress_inside_a_step_counts_chains_tokens_and_micro_batches(recipe, tmp_path):
-    from agentfly_cli.train.step_progress import StepProgress
+    from agentfly_cli.train.telemetry.step_progress import StepProgress
 
     class Recorder(StepProgress):
         def __init__(self):

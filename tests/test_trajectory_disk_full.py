@@ -10,8 +10,8 @@ import os
 import pytest
 
 from agentfly_cli.errors import UserError
-from agentfly_cli.rollout import trajectory as trajectory_module
-from agentfly_cli.rollout.trajectory import (
+from agentfly_cli import trajectory as trajectory_module
+from agentfly_cli.trajectory import (
     Trajectory,
     TrajectoryWriter,
     read_trajectories,

@@ -8,12 +8,12 @@ import json
 
 import pytest
 
-from agentfly_cli.config import load_config
+from agentfly_cli.settings.loader import load_config
 from agentfly_cli.errors import UserError
 from agentfly_cli.rollout.tasks import load_tasks
-from agentfly_cli.rollout.trajectory import read_trajectories
+from agentfly_cli.trajectory import read_trajectories
 from agentfly_cli.settings.train import SolutionStep, WarmStartSettings
-from agentfly_cli.train.warm_start import solution_responses, solution_script
+from agentfly_cli.train.sft.warm_start import solution_responses, solution_script
 from tests.recipe_checks import agentfly
 from tests.sandbox_modes import SANDBOX_FLAGS
 
@@ -121,7 +121,7 @@ def test_own_data_without_the_solution_fields_names_the_way_out(tiny_model, tmp_
 
 
 def test_the_warm_start_is_refused_in_each_of_several_ranks(tmp_path, monkeypatch):
-    from agentfly_cli.train.warm_start import warm_start
+    from agentfly_cli.train.sft.warm_start import warm_start
 
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(UserError, match="not in each of 2 ranks.*--no-warm-start"):
@@ -130,8 +130,8 @@ def test_the_warm_start_is_refused_in_each_of_several_ranks(tmp_path, monkeypatc
 
 
 def test_a_balanced_warm_start_deals_its_limit_over_a_field():
-    from agentfly_cli.train.balance import deal_evenly
-    from agentfly_cli.train.warm_start import balanced_subset
+    from agentfly_cli.train.tasks.balance import deal_evenly
+    from agentfly_cli.train.sft.warm_start import balanced_subset
 
     kinds = "aaaabbc"  # a file sorted by kind: the first 5 rows would be a, a, a, a, b
     rows = [{"id": f"t{i}", "kind": kind} for i, kind in enumerate(kinds)]
@@ -176,7 +176,7 @@ def test_search_qa_warm_starts_on_one_task_of_each_type(tiny_model, tmp_path):
 
 
 def test_a_warm_start_that_leaves_kinds_out_says_how_to_deal_them(caplog):
-    from agentfly_cli.train.warm_start import warn_if_kinds_left_out
+    from agentfly_cli.train.sft.warm_start import warn_if_kinds_left_out
 
     rows = [{"id": f"t{i}", "kind": kind} for i, kind in enumerate("aaaabbc")]
     warn_if_kinds_left_out(rows[:4], rows, "kind")
@@ -193,7 +193,7 @@ def test_an_explicit_null_balance_keeps_file_order_without_the_warning(
 ):
     if importlib.util.find_spec("bm25s") is None:
         pytest.skip("bm25s is not installed (pip install 'agentfly-cli[tasks]')")
-    from agentfly_cli.train.warm_start import warm_start
+    from agentfly_cli.train.sft.warm_start import warm_start
 
     sets = [
         "trainer.warm_start.limit=2", "trainer.warm_start.batch_size=2", "trainer.balance=type",

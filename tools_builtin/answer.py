@@ -1,6 +1,6 @@
 """The ``answer`` tool: the agent's final answer. Calling it ends the episode."""
 
-from agentfly_cli.tools import tool
+from agentfly_cli.components.tools import tool
 
 
 @tool(terminal=True)

@@ -1,6 +1,6 @@
 """The ``calculator`` tool: exact arithmetic without ``eval``."""
 
-from agentfly_cli.tools import tool
+from agentfly_cli.components.tools import tool
 from tools_builtin.safe_eval import evaluate, format_number
 
 

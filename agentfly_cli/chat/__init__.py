@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from agentfly_cli.lazy_exports import lazy_exports
+from agentfly_cli.plugin_host.lazy_exports import lazy_exports
 
 _EXPORTS = {
     "ChatTemplate": "agentfly_cli.chat.templates",

@@ -16,7 +16,7 @@ import json
 import re
 from typing import Any
 
-from agentfly_cli.surrogates import replace_surrogates
+from agentfly_cli.files.surrogates import replace_surrogates
 
 _CACHE_LIMIT = 200_000
 _LONG = 4096  # characters from which the Rust tokenizer runs without the GIL (encode_batch)

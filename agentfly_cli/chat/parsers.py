@@ -13,11 +13,11 @@ from __future__ import annotations
 import difflib
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from agentfly_cli.chat.parsed import ParsedResponse, ParseError, ToolCall, split_think
+from agentfly_cli.chat.parser_output import ParsedResponse, ParseError, ToolCall, split_think
 from agentfly_cli.errors import UnknownComponentError, UserError
 
 if TYPE_CHECKING:
-    from agentfly_cli.plugins import PluginHost
+    from agentfly_cli.plugin_host.plugins import PluginHost
 
 __all__ = [
     "ParseError",
@@ -67,7 +67,7 @@ def get_parser(
 
 
 def _host() -> PluginHost:
-    from agentfly_cli.plugins import get_plugin_host  # plugins load on first use, not at import
+    from agentfly_cli.plugin_host.plugins import get_plugin_host  # plugins load on first use, not at import
 
     return get_plugin_host()
 
@@ -100,7 +100,7 @@ def _build(cls: Any, options: dict | None, label: str) -> Any:
 
 
 def _custom_parser(spec: str, options: dict | None) -> ToolCallParser:
-    from agentfly_cli.loading import load_object
+    from agentfly_cli.plugin_host.loading import load_object
 
     value = load_object(spec)
     if isinstance(value, type):
@@ -108,7 +108,7 @@ def _custom_parser(spec: str, options: dict | None) -> ToolCallParser:
     if not callable(getattr(value, "parse", None)):
         raise UserError(
             f"parser {spec!r} has no parse(text) method; subclass "
-            "agentfly_cli.chat.parsed.BaseParser and implement parse_body(text)"
+            "agentfly_cli.chat.parser_output.BaseParser and implement parse_body(text)"
         )
     if not isinstance(getattr(value, "name", None), str):
         value.name = spec

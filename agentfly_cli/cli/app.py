@@ -29,7 +29,7 @@ from agentfly_cli.cli import (
 )
 from agentfly_cli.cli.output import handle_errors
 from agentfly_cli.cli.usage_errors import OneLineErrorsGroup
-from agentfly_cli.plugins import get_plugin_host
+from agentfly_cli.plugin_host.plugins import get_plugin_host
 
 
 def _version(value: bool) -> None:
@@ -96,7 +96,7 @@ def build_app(*, with_plugin_commands: bool = True) -> typer.Typer:
 
 def main() -> None:
     """Console-script entry point."""
-    from agentfly_cli.train.heap import return_freed_memory
+    from agentfly_cli.runtime.malloc import return_freed_memory
 
     return_freed_memory()  # before torch starts its threads: see train/heap.py
     build_app()(prog_name="agentfly")

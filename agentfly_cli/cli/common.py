@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from agentfly_cli.cli.output import print_json, stdout_console, table, warn
-from agentfly_cli.plugins import PluginHost, get_plugin_host
-from agentfly_cli.registry import Entry, Registry, conflict_message
+from agentfly_cli.plugin_host.plugins import PluginHost, get_plugin_host
+from agentfly_cli.plugin_host.registry import Entry, Registry, conflict_message
 
 
 def host_with_warnings() -> PluginHost:

@@ -80,7 +80,7 @@ def up(
 
         from agentfly_cli.envs.control import check_not_running
         from agentfly_cli.envs.server import run_server
-        from agentfly_cli.plugins import get_plugin_host
+        from agentfly_cli.plugin_host.plugins import get_plugin_host
 
         get_plugin_host().components.envs.get(name)
         check_not_running(name)

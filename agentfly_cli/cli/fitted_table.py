@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.measure import Measurement
 
 from agentfly_cli.cli.output import table
-from agentfly_cli.safe_text import printable
+from agentfly_cli.files.safe_text import printable
 
 
 def print_fitted(

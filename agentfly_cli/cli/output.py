@@ -19,7 +19,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from agentfly_cli.errors import UserError
-from agentfly_cli.safe_text import printable
+from agentfly_cli.files.safe_text import printable
 from agentfly_cli.settings import debug_enabled  # AGENTFLY_DEBUG, read in one place
 
 EXIT_FAILURE = 1

@@ -10,7 +10,7 @@ from agentfly_cli.cli.output import (
     stdout_console,
     table,
 )
-from agentfly_cli.plugins import LOAD_PLUGINS_ENV, PluginInfo, get_plugin_host
+from agentfly_cli.plugin_host.plugins import LOAD_PLUGINS_ENV, PluginInfo, get_plugin_host
 
 
 def problems_of(plugin: PluginInfo) -> list[str]:

@@ -46,7 +46,7 @@ def show_recipe(
 ) -> None:
     """Show a recipe: its model, tools, reward, settings, and its data (rows, fields, and the
     values that --where can select)."""
-    from agentfly_cli.config import load_config
+    from agentfly_cli.settings.loader import load_config
     from agentfly_cli.rollout.tasks import field_choices, load_tasks
 
     host = host_with_warnings()

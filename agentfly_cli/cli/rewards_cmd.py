@@ -17,7 +17,7 @@ from agentfly_cli.cli.output import (
     table,
 )
 from agentfly_cli.errors import RewardError, UserError
-from agentfly_cli.safe_text import printable
+from agentfly_cli.files.safe_text import printable
 
 app = typer.Typer(help="List and try rewards.", no_args_is_help=True)
 
@@ -79,8 +79,8 @@ def call_reward(
         raise UserError('--options must be a JSON object like \'{"base_url": "..."}\'')
     import asyncio
 
-    from agentfly_cli.loading import resolve_reward
-    from agentfly_cli.rewards import RewardResult
+    from agentfly_cli.plugin_host.loading import resolve_reward
+    from agentfly_cli.components.rewards import RewardResult
 
     component = resolve_reward(name).with_options(settings)
     try:

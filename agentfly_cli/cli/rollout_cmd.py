@@ -30,7 +30,7 @@ def execute(config, *, quiet: bool, out: str | None):
         TimeRemainingColumn,
     )
 
-    from agentfly_cli.rollout.runner import build_rollout, run_rollout
+    from agentfly_cli.rollout.from_settings import build_rollout, run_rollout
 
     _quiet_transformers()
     console = stderr_console()
@@ -106,7 +106,7 @@ def evaluate(
 
     if not math.isfinite(threshold):
         raise UserError(f"--threshold {threshold}: must be a finite number, e.g. 1 or 0.5")
-    from agentfly_cli.api import for_eval
+    from agentfly_cli.api.functions import for_eval
 
     # a recipe's held-out tasks are what eval is for (--set data.split=train|all: others)
     config = with_output_file(for_eval(build_config(flags)), "eval")
@@ -124,9 +124,9 @@ def evaluate(
 
 
 def with_output_file(config, command: str):
-    """The config with ``out`` set (see agentfly_cli/run_folders.py) and checked before
+    """The config with ``out`` set (see agentfly_cli/files/run_folders.py) and checked before
     anything loads: a rollout's chains are never thrown away."""
-    from agentfly_cli.run_folders import trajectory_file
+    from agentfly_cli.files.run_folders import trajectory_file
 
     return config.model_copy(update={"out": str(trajectory_file(config, command))})
 

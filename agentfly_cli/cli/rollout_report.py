@@ -11,7 +11,7 @@ from typing import Any
 from rich.markup import escape
 
 from agentfly_cli.cli.output import stdout_console, table
-from agentfly_cli.safe_text import printable
+from agentfly_cli.files.safe_text import printable
 
 POOL_COUNTERS = ("acquired", "released", "restarts", "killed", "failed", "timeouts", "started")
 

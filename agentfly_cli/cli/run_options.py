@@ -137,7 +137,7 @@ def with_run_options(*names: str) -> Callable[[Callable[..., Any]], Callable[...
 
 def build_config(flags: RunFlags, *extra_sets: str):
     """The run config from a recipe/YAML (``flags['spec']``) plus the flags that were given."""
-    from agentfly_cli.config import load_config
+    from agentfly_cli.settings.loader import load_config
 
     def text(name: str) -> str | None:
         value = flags.get(name)
@@ -166,7 +166,7 @@ def build_config(flags: RunFlags, *extra_sets: str):
     }
     config = load_config(flags.get("spec"), [*extra_sets, *(flags.get("sets") or [])], **fields)
     if config.agent is not None:  # its gateway needs the serve extra: say so before any load
-        from agentfly_cli.rollout.runner import check_agent_extra
+        from agentfly_cli.rollout.from_settings import check_agent_extra
 
         check_agent_extra(config)
     return config

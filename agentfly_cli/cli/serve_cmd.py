@@ -103,7 +103,7 @@ def serve(
     def open_record() -> None:  # every flag is good: only now is the record file touched
         nonlocal writer
         if record is not None:
-            from agentfly_cli.rollout.trajectory import TrajectoryWriter
+            from agentfly_cli.trajectory import TrajectoryWriter
 
             writer = _open(TrajectoryWriter, record)
 
@@ -160,7 +160,7 @@ def _limits(body: int, stops: int, stop_chars: int, cache: int, sessions: int,
 def _api_key(flag: str | None) -> str | None:
     """The API key from ``--api-key``, else ``AGENTFLY_SERVE_API_KEY``; checked."""
     from agentfly_cli.serve.auth import check_key
-    from agentfly_cli.settings.environment import serve_api_key
+    from agentfly_cli.settings.variables import serve_api_key
 
     source, key = "--api-key", flag
     if key is None:

@@ -40,8 +40,8 @@ def sft(
 ) -> None:
     """Fine-tune a model on the trained tokens of trajectories (e.g. scripted solutions)."""
     from agentfly_cli.cli.rollout_cmd import _quiet_transformers
-    from agentfly_cli.output_paths import check_folder_target
-    from agentfly_cli.train.sft import HELDOUT_FILE, build_settings, fine_tune
+    from agentfly_cli.files.output_paths import check_folder_target
+    from agentfly_cli.train.sft.fine_tune import HELDOUT_FILE, build_settings, fine_tune
 
     check_folder_target(out, "--out")
 

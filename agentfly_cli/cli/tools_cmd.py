@@ -24,10 +24,10 @@ from agentfly_cli.cli.output import (
     table,
 )
 from agentfly_cli.errors import UserError
-from agentfly_cli.safe_text import printable
+from agentfly_cli.files.safe_text import printable
 
 if TYPE_CHECKING:  # the tool machinery loads when a command runs, not for `agentfly --help`
-    from agentfly_cli.tools import Tool, ToolResult
+    from agentfly_cli.components.tools import Tool, ToolResult
 
 app = typer.Typer(help="List, inspect and call tools.", no_args_is_help=True)
 
@@ -85,11 +85,11 @@ def show_tool(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Show a tool's OpenAI function-calling schema (every tool of an MCP server)."""
-    from agentfly_cli.loading import resolve_tools
+    from agentfly_cli.plugin_host.loading import resolve_tools
 
     components = resolve_tools(name)
     if as_json:
-        from agentfly_cli.mcp_bridge import is_mcp_spec, parse_target
+        from agentfly_cli.components.mcp_tools import is_mcp_spec, parse_target
 
         server = is_mcp_spec(name) and parse_target(name).select is None  # a list, always
         print_json([c.schema for c in components] if server else components[0].schema)
@@ -129,8 +129,8 @@ def call_tool(
     import asyncio
 
     from agentfly_cli.envs.control import parse_options
-    from agentfly_cli.loading import resolve_tool
-    from agentfly_cli.tools import ToolErrorKind
+    from agentfly_cli.plugin_host.loading import resolve_tool
+    from agentfly_cli.components.tools import ToolErrorKind
 
     component = resolve_tool(name)
     arguments = _json_object(args, "--args")
@@ -185,7 +185,7 @@ async def _call(
 
     from agentfly_cli.envs.base import standalone_env
     from agentfly_cli.envs.manager import check_options
-    from agentfly_cli.plugins import get_plugin_host
+    from agentfly_cli.plugin_host.plugins import get_plugin_host
 
     spec = component.env_spec or get_plugin_host().components.envs.get(component.env)
     if options:

@@ -35,7 +35,7 @@ def train(
     json_out: bool = typer.Option(False, "--json", help="Print the final metrics as JSON."),
 ) -> None:
     """Train a model with RL on a recipe (default: the calculator recipe on SmolLM2-135M)."""
-    from agentfly_cli.api import run_training
+    from agentfly_cli.api.functions import run_training
     from agentfly_cli.cli.rollout_cmd import _quiet_transformers
 
     config = build_config(

@@ -13,7 +13,7 @@ from rich.markup import escape
 
 from agentfly_cli.cli.output import handle_errors, stderr_console, stdout_console, table
 from agentfly_cli.errors import UserError
-from agentfly_cli.safe_text import printable
+from agentfly_cli.files.safe_text import printable
 
 
 @handle_errors
@@ -34,7 +34,7 @@ def view(
     )
 
     if html is not None:
-        from agentfly_cli.output_paths import check_file_target
+        from agentfly_cli.files.output_paths import check_file_target
 
         check_file_target(html, "--html", "page.html")  # before anything is read
     trajectory, count = read_trajectory_at(path, index)
@@ -101,7 +101,7 @@ def _pieces(trajectory, tok):
 
 def _write_page(html: Path, page: str) -> None:
     """Write the page all or nothing (a temporary file renamed over ``html``): never half."""
-    from agentfly_cli.output_paths import write_all, write_whole
+    from agentfly_cli.files.output_paths import write_all, write_whole
 
     write_whole(html, lambda out: write_all(out.fileno(), page.encode("utf-8")))
 

@@ -75,7 +75,7 @@ def check_not_running(name: str) -> None:
 
 def _env_spec(name: str, plugin_host: Any) -> Any:
     if plugin_host is None:
-        from agentfly_cli.plugins import get_plugin_host
+        from agentfly_cli.plugin_host.plugins import get_plugin_host
 
         plugin_host = get_plugin_host()
     return plugin_host.components.envs.get(name)

@@ -24,7 +24,7 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from agentfly_cli.deadlines import within
+from agentfly_cli.runtime.deadlines import within
 from agentfly_cli.envs.base import EnvSpec
 from agentfly_cli.envs.handoff import Handoff
 from agentfly_cli.envs.lease_limit import LeaseClock

@@ -251,7 +251,7 @@ async def run_server(
     """Serve the env ``name`` (looked up in ``plugin_host``; default: the installed plugins)
     until SIGTERM, SIGINT or a ``shutdown`` request."""
     if plugin_host is None:
-        from agentfly_cli.plugins import get_plugin_host
+        from agentfly_cli.plugin_host.plugins import get_plugin_host
 
         plugin_host = get_plugin_host()
     check_server_name(name)

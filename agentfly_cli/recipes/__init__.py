@@ -1,6 +1,6 @@
 """Packaged recipes, registered through the ``agentfly`` entry points like a plugin's."""
 
-from agentfly_cli.hookspecs import hookimpl
+from agentfly_cli.plugin_host.hookspecs import hookimpl
 
 
 @hookimpl

@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 
 from agentfly_cli.errors import UserError
-from agentfly_cli.rollout.trajectory import Trajectory
+from agentfly_cli.trajectory import Trajectory
 
 # the error's class name (the engine records "Type: message") -> what to do about it
 _FIXES = {

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentfly_cli.errors import UserError
-from agentfly_cli.json_files import BOM, decode_text, parse_json
-from agentfly_cli.rollout.trajectory import Trajectory, record_from_json
+from agentfly_cli.files.json_files import BOM, decode_text, parse_json
+from agentfly_cli.trajectory import Trajectory, record_from_json
 
 
 @dataclass
@@ -115,7 +115,7 @@ def rich_text(pieces: list[TokenPiece]):
     """
     from rich.text import Text
 
-    from agentfly_cli.safe_text import printable
+    from agentfly_cli.files.safe_text import printable
 
     text = Text()
     for piece in pieces:

@@ -8,7 +8,7 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from agentfly_cli.rollout.trajectory import Trajectory
+from agentfly_cli.trajectory import Trajectory
 
 
 def _mean(values: Sequence[float]) -> float | None:

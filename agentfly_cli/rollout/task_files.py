@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from agentfly_cli.errors import UserError
-from agentfly_cli.json_files import iter_json_lines, read_json_file
+from agentfly_cli.files.json_files import iter_json_lines, read_json_file
 
 FORMATS = "a .jsonl file of one JSON object per line, .json, .parquet, or a datasets folder"
 # files that `datasets`' save_to_disk writes: a Dataset's, and a DatasetDict's

@@ -15,9 +15,9 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from agentfly_cli.chat.markup import unparsed_markup
+from agentfly_cli.chat.formats.markup import unparsed_markup
 from agentfly_cli.chat.parsers import ParsedResponse, ToolCall, ToolCallParser
-from agentfly_cli.tools import ToolErrorKind, ToolResult
+from agentfly_cli.components.tools import ToolErrorKind, ToolResult
 
 OFF_LOOP_CHARS = 2_000  # turns at least this long are parsed in the worker thread
 _executor: ThreadPoolExecutor | None = None

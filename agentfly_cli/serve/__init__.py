@@ -34,7 +34,7 @@ def build_gateway(
     from agentfly_cli.settings.rollout import BackendSettings
 
     if host is None:
-        from agentfly_cli.plugins import get_plugin_host
+        from agentfly_cli.plugin_host.plugins import get_plugin_host
 
         host = get_plugin_host()
     if max_tokens < 1:

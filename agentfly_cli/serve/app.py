@@ -22,7 +22,7 @@ import time
 from typing import Any
 
 from agentfly_cli.chat.templates import ChatTemplateError
-from agentfly_cli.rollout.backends.base import BackendUnavailableError
+from agentfly_cli.backends.base import BackendUnavailableError
 from agentfly_cli.serve.auth import Access, is_json, refusal
 from agentfly_cli.serve.gateway import Gateway, RequestError
 

@@ -20,8 +20,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentfly_cli.rollout.backends.base import Generation
-from agentfly_cli.rollout.trajectory import Trajectory
+from agentfly_cli.backends.base import Generation
+from agentfly_cli.trajectory import Trajectory
 
 Conversation = list[tuple]
 

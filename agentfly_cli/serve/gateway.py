@@ -18,7 +18,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from agentfly_cli.rollout.backends.base import Generation, RequestContext, SamplingParams
+from agentfly_cli.backends.base import Generation, RequestContext, SamplingParams
 from agentfly_cli.serve.capture import Episode, Plan
 from agentfly_cli.serve.errors import (  # noqa: F401 (the gateway's errors, importable from here)
     RequestError,

@@ -1,6 +1,6 @@
 """Every setting agentfly reads, in one package, each model named ``...Settings``.
 
-- :mod:`~agentfly_cli.settings.environment`: the ``AGENTFLY_*`` environment variables
+- :mod:`~agentfly_cli.settings.variables`: the ``AGENTFLY_*`` environment variables
   (declared, read and validated there; re-exported here, so ``settings.tool_timeout()`` works).
 - :mod:`~agentfly_cli.settings.run`: a run config (:class:`RunSettings`): data, chat, reward.
 - :mod:`~agentfly_cli.settings.rollout`: ``rollout:`` and ``backend:``.
@@ -13,7 +13,7 @@ is validated before anything heavy loads. Import a model from its module:
 ``from agentfly_cli.settings.rollout import RolloutSettings``.
 """
 
-from agentfly_cli.settings.environment import (
+from agentfly_cli.settings.variables import (
     NO_LIMIT,
     VARIABLES,
     Variable,

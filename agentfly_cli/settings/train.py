@@ -110,7 +110,7 @@ class WarmStartSettings(BaseModel):
 
 class CurriculumSettings(BaseModel):
     """Difficulty levels of the data, easiest first: train on a level until the training reward
-    reaches ``promote_at``, then move up (see agentfly_cli/train/curriculum.py)."""
+    reaches ``promote_at``, then move up (see agentfly_cli/train/tasks/curriculum.py)."""
 
     model_config = ConfigDict(extra="forbid")
 

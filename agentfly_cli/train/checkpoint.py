@@ -29,13 +29,13 @@ _STEP = re.compile(r"^step-(\d{6,})$")
 
 def _out_of_space(err: BaseException, folder: Path) -> bool:
     """Whether a failed write is the disk running full (:func:`output_paths.out_of_space`)."""
-    from agentfly_cli.output_paths import out_of_space
+    from agentfly_cli.files.output_paths import out_of_space
 
     return out_of_space(err, folder)
 
 
 def _free_bytes(folder: Path) -> int:
-    from agentfly_cli.output_paths import free_bytes
+    from agentfly_cli.files.output_paths import free_bytes
 
     return free_bytes(folder)
 

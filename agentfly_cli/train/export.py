@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 from agentfly_cli.errors import UserError
-from agentfly_cli.output_paths import (
+from agentfly_cli.files.output_paths import (
     check_folder_target,
     missing_folders,
     remove_empty,

@@ -17,25 +17,25 @@ from typing import Any
 from agentfly_cli.chat.doctor import training_notes
 from agentfly_cli.errors import UserError
 from agentfly_cli.rollout.outcome import check_some_chain_ran
-from agentfly_cli.rollout.trajectory import Trajectory
+from agentfly_cli.trajectory import Trajectory
 from agentfly_cli.settings.run import RunSettings
-from agentfly_cli.train import algorithms as alg
-from agentfly_cli.train import distributed
-from agentfly_cli.train.async_rollouts import skipped_groups_note
+from agentfly_cli.train.algorithms import interfaces as alg
+from agentfly_cli.train.backends import distributed
+from agentfly_cli.train.steps.async_rollouts import skipped_groups_note
 from agentfly_cli.train.checkpoint import CheckpointManager
-from agentfly_cli.train.logprobs import auto_chunk_size, logprob_temperature, split_model
+from agentfly_cli.train.tensors.logprobs import auto_chunk_size, logprob_temperature, split_model
 from agentfly_cli.train.run_checks import (
     check_agent,
     check_group_size,
     check_reward,
     check_world_size,
 )
-from agentfly_cli.train.signal_watch import FlatRewardWatch
-from agentfly_cli.train.step_batch import StepBatch
-from agentfly_cli.train.step_progress import StepProgress
-from agentfly_cli.train.task_plan import TaskPlan
+from agentfly_cli.train.telemetry.signal_watch import FlatRewardWatch
+from agentfly_cli.train.tensors.step_batch import StepBatch
+from agentfly_cli.train.telemetry.step_progress import StepProgress
+from agentfly_cli.train.tasks.plan import TaskPlan
 from agentfly_cli.train.update import PolicyUpdate
-from agentfly_cli.train.weight_sync import SharedModel, build_rollout_backend, choose_weight_sync
+from agentfly_cli.train.backends.weight_sync import SharedModel, build_rollout_backend, choose_weight_sync
 
 
 @dataclass
@@ -82,9 +82,9 @@ class Trainer:
 
     # ---- setup -------------------------------------------------------------------------------
     def _setup(self) -> None:
-        from agentfly_cli.rollout.runner import assemble, resolve_run
+        from agentfly_cli.rollout.from_settings import assemble, resolve_run
         from agentfly_cli.train.backends import build_train_backend
-        from agentfly_cli.train.heap import return_freed_memory
+        from agentfly_cli.runtime.malloc import return_freed_memory
 
         return_freed_memory()
 
@@ -102,7 +102,7 @@ class Trainer:
         check_agent(self.config)
 
         if self.host is None:
-            from agentfly_cli.plugins import get_plugin_host
+            from agentfly_cli.plugin_host.plugins import get_plugin_host
 
             self.host = get_plugin_host()
         # an unknown train backend fails here, before anything loads
@@ -158,7 +158,7 @@ class Trainer:
     def fit(self, stop_after: int | None = None) -> TrainResult:
         """Run the training steps; blocking. ``stop_after`` ends this process's share after
         that many steps, with a checkpoint (for time-sliced jobs): ``resume`` continues."""
-        from agentfly_cli.shutdown import run_with_clean_shutdown
+        from agentfly_cli.runtime.shutdown import run_with_clean_shutdown
 
         return run_with_clean_shutdown(self.fit_async(stop_after))
 
@@ -166,7 +166,7 @@ class Trainer:
         """Steps are numbered from 1: step N's rollouts, metrics and trajectories carry N, and
         so do the checkpoint and the held-out eval taken after it (0: the eval before step 1).
         """
-        from agentfly_cli.train.telemetry import training_telemetry
+        from agentfly_cli.train.telemetry.sinks import training_telemetry
 
         self._setup()
         settings = self.settings
@@ -204,7 +204,7 @@ class Trainer:
                     if done == 0 and self.tasks.held_out.due(0):
                         evals.append(await self._evaluate(0, telemetry))
                     if settings.mode == "async":
-                        from agentfly_cli.train.async_steps import AsyncSteps
+                        from agentfly_cli.train.steps.async_steps import AsyncSteps
 
                         self.async_steps = AsyncSteps(self, self._resumed_pending)
                     try:
@@ -255,7 +255,7 @@ class Trainer:
         return {"updates": float(steps_done), **metrics}
 
     async def _step(self, step: int) -> dict[str, float]:
-        from agentfly_cli.train.metrics import (
+        from agentfly_cli.train.telemetry.metrics import (
             StepTimer,
             rollout_metrics,
         )
@@ -278,7 +278,7 @@ class Trainer:
         return self._step_metrics(metrics, timer, trajectories)
 
     def _step_metrics(self, metrics: dict[str, float], timer, trajectories) -> dict[str, float]:
-        from agentfly_cli.train.metrics import gpu_memory_metrics, total_tokens
+        from agentfly_cli.train.telemetry.metrics import gpu_memory_metrics, total_tokens
 
         metrics.update(timer.metrics(total_tokens(trajectories) * self.train.world_size))
         metrics.update(gpu_memory_metrics())  # CUDA runs: the step's peak allocated memory
@@ -322,8 +322,8 @@ class Trainer:
         return isinstance(self.sync, SharedModel)
 
     def _write_trajectories(self, stem: str, trajectories: list[Trajectory]) -> None:
-        from agentfly_cli.rollout.trajectory import write_trajectories
-        from agentfly_cli.run_folders import step_trajectory_file
+        from agentfly_cli.trajectory import write_trajectories
+        from agentfly_cli.files.run_folders import step_trajectory_file
 
         train = self.train
         path = step_trajectory_file(self.run_dir, stem, train.rank, train.world_size)

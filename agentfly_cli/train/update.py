@@ -3,7 +3,7 @@ logprobs, advantages, then epochs x mini-batches of optimizer steps over micro-b
 
 :class:`PolicyUpdate` holds what the update needs (the train backend, the reference model, a
 value head for GAE) and reports its progress (micro-batches done of the total) to a
-:class:`~agentfly_cli.train.step_progress.StepProgress`.
+:class:`~agentfly_cli.train.telemetry.step_progress.StepProgress`.
 """
 
 from __future__ import annotations
@@ -14,17 +14,17 @@ from typing import Any
 
 import torch
 
-from agentfly_cli.rollout.trajectory import Trajectory
+from agentfly_cli.trajectory import Trajectory
 from agentfly_cli.settings.run import RunSettings
-from agentfly_cli.train import algorithms as alg
-from agentfly_cli.train import distributed
-from agentfly_cli.train.batch import MicroBatch, plan_micro_batches, scatter_rows
-from agentfly_cli.train.heap import trim_heap
-from agentfly_cli.train.logprobs import SequenceBatch, sequence_logprobs
-from agentfly_cli.train.step_batch import StepBatch, trainable
-from agentfly_cli.train.step_progress import StepProgress
-from agentfly_cli.train.value_head import ValueHead
-from agentfly_cli.train.zero_advantage import rows_with_gradient, zero_advantage_rows_are_inert
+from agentfly_cli.train.algorithms import interfaces as alg
+from agentfly_cli.train.backends import distributed
+from agentfly_cli.train.tensors.batch import MicroBatch, plan_micro_batches, scatter_rows
+from agentfly_cli.runtime.malloc import trim_heap
+from agentfly_cli.train.tensors.logprobs import SequenceBatch, sequence_logprobs
+from agentfly_cli.train.tensors.step_batch import StepBatch, trainable
+from agentfly_cli.train.telemetry.step_progress import StepProgress
+from agentfly_cli.train.algorithms.value_head import ValueHead
+from agentfly_cli.train.algorithms.zero_advantage import rows_with_gradient, zero_advantage_rows_are_inert
 
 
 class Tally:
@@ -216,7 +216,7 @@ class PolicyUpdate:
     def _advantages(self, batch: StepBatch, metrics: dict[str, float]) -> None:
         token_rewards = None
         if self.reference is not None and self.algo.kl_in_reward:
-            from agentfly_cli.train import losses
+            from agentfly_cli.train.algorithms.interfaces import losses
 
             token_rewards = losses.kl_token_rewards(
                 batch.old_logprobs, batch.ref_logprobs, batch.mask, self.algo
@@ -308,7 +308,7 @@ class PolicyUpdate:
     ) -> torch.Tensor:
         """The loss of one micro-batch, normalised by its mini-batch's token and row counts so
         that the micro-batch losses sum to the mini-batch loss."""
-        from agentfly_cli.train import losses
+        from agentfly_cli.train.algorithms.interfaces import losses
 
         algo = self.algo
         width = batch.mask.shape[1]

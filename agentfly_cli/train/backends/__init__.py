@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agentfly_cli.lazy_exports import lazy_exports
+from agentfly_cli.plugin_host.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
     from agentfly_cli.settings.train_backend import LoraSettings, TrainBackendSettings
@@ -31,7 +31,7 @@ def build_train_backend(
 
     check_schedule(config)
     if host is None:
-        from agentfly_cli.plugins import get_plugin_host
+        from agentfly_cli.plugin_host.plugins import get_plugin_host
 
         host = get_plugin_host()
     return host.components.train_backends.get(config.name).factory(model_path, config)

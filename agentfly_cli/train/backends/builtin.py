@@ -7,7 +7,7 @@ backend is built. (An FSDP backend, say, is a plugin with one ``register_train_b
 
 from __future__ import annotations
 
-from agentfly_cli.hookspecs import hookimpl
+from agentfly_cli.plugin_host.hookspecs import hookimpl
 
 
 def make_torch(model_path, config):

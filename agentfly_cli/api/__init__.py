@@ -1,0 +1,1 @@
+"""The typed public API: settings, rollouts, evals and training from a script or a notebook."""

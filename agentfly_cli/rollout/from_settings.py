@@ -1,0 +1,303 @@
+"""Build a rollout from a :class:`~agentfly_cli.settings.loader.RunSettings` and run it.
+
+This is the library behind ``agentfly rollout`` and ``agentfly eval``, in two phases:
+:func:`resolve_run` resolves the model, loads the chat template and parser, and looks up the
+tools, reward, env specs and backend (in the plugin registry, or objects passed in);
+:func:`assemble` builds the engine over a backend the caller chose. The trainer builds its
+train backend between the two. Then :func:`run_rollout` runs the engine over the tasks.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentfly_cli.envs.manager import ResourceManager
+from agentfly_cli.errors import UserError
+from agentfly_cli.rollout.engine import RolloutEngine
+from agentfly_cli.rollout.outcome import check_some_chain_ran
+from agentfly_cli.trajectory import Trajectory, TrajectoryWriter, check_output_path
+from agentfly_cli.settings.run import RunSettings
+
+
+@dataclass
+class RolloutRun:
+    """Everything a rollout needs, built and checked, before anything runs."""
+
+    config: RunSettings
+    engine: RolloutEngine
+    tasks: list[dict[str, Any]]
+    setup_s: float = 0.0
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RolloutResult:
+    trajectories: list[Trajectory]
+    wall_s: float
+    setup_s: float
+    envs: dict[str, dict[str, Any]] = field(default_factory=dict)  # env pool counters, by name
+
+
+SERVE_EXTRA = ("starlette", "uvicorn")  # what the gateway of an ``agent`` run needs
+
+
+def check_agent_extra(config: RunSettings) -> None:
+    """A run with an ``agent`` program serves it through the gateway: without the ``serve``
+    extra that is one line naming the install, before anything loads."""
+    if config.agent is None:
+        return
+    missing = []
+    for name in SERVE_EXTRA:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    if missing:
+        raise UserError(
+            f"agent {config.agent.entry!r} runs through the gateway, which needs "
+            f"{' and '.join(missing)}: pip install 'agentfly-cli[serve]'"
+        )
+
+
+def _reward_for(config: RunSettings, host):
+    from agentfly_cli.plugin_host.loading import resolve_reward
+    from agentfly_cli.components.rewards import CombinedReward
+
+    if not config.reward:
+        return None
+    parts = [
+        (resolve_reward(c.name, host).with_options(c.options), c.weight) for c in config.reward
+    ]
+    if len(parts) == 1 and parts[0][1] == 1.0:
+        return parts[0][0]
+    return CombinedReward(parts)
+
+
+def _tools_for(entries: list, host) -> list:
+    """Every entry's tools: a name (an ``mcp:`` entry gives several) or a ``Tool`` object; a
+    name given twice is an error."""
+    from agentfly_cli.plugin_host.loading import resolve_tools
+
+    tools, source = [], {}
+    for entry in entries:
+        named = isinstance(entry, str)
+        label = entry if named else f"a Tool object ({getattr(entry, 'name', entry)!r})"
+        for tool in resolve_tools(entry, host) if named else [entry]:
+            if tool.name in source:
+                raise UserError(
+                    f"tools: the name '{tool.name}' is given by both '{source[tool.name]}' and "
+                    f"'{label}'; list it once (or prefix an MCP server's tools: mcp[p]:...)"
+                )
+            source[tool.name] = label
+            tools.append(tool)
+    return tools
+
+
+@dataclass
+class ResolvedRun:
+    """Phase one of a build: a run's components, resolved and checked from its config, before
+    any backend, env or model weights exist."""
+
+    config: RunSettings
+    tasks: list[dict[str, Any]]
+    backend_config: Any  # the config's backend settings, ``model`` set to the resolved folder
+    backend_ref: Any  # the registered backend (its ``factory``)
+    chat: Any  # ChatTemplate
+    parser: Any
+    tools: list
+    reward: Any
+    envs: ResourceManager  # the env pools' settings and options, checked; nothing started
+    resolve_s: float = 0.0
+    agent: Any = None  # the agent function, when the run has an ``agent``
+
+    @property
+    def model_path(self) -> str:
+        return self.backend_config.model
+
+    def build_backend(self):
+        """The registered rollout backend for this run (the trainer may build its own)."""
+        return self.backend_ref.factory(self.backend_config, self.chat)
+
+
+def resolve_run(
+    config: RunSettings,
+    host: Any = None,
+    *,
+    tools: list | None = None,
+    reward: Any = None,
+) -> ResolvedRun:
+    """Resolve every component ``config`` names, from ``host`` (default: the installed
+    plugins); errors are one-line UserErrors. ``tools`` and ``reward`` (objects, e.g. defined
+    in a notebook; ``tools`` may mix them with registered names) replace the config's."""
+    started = time.perf_counter()
+    from agentfly_cli.chat.parsers import get_parser
+    from agentfly_cli.chat.templates import ChatTemplate
+    from agentfly_cli.models import resolve_model
+    from agentfly_cli.rollout.tasks import check_system_prompt, load_tasks
+
+    if host is None:
+        from agentfly_cli.plugin_host.plugins import get_plugin_host
+
+        host = get_plugin_host()
+    check_agent_extra(config)
+    if config.out:
+        check_output_path(config.out)
+    if not config.data.path:
+        raise UserError("no data: pass --data FILE.jsonl (or set data.path in the config)")
+    data = config.data
+    tasks = load_tasks(
+        data.path,
+        data.limit,
+        data.where,
+        holdout=data.holdout,
+        holdout_seed=data.holdout_seed,
+        side=data.split,
+        shuffle_seed=data.shuffle_seed if data.shuffle else None,
+    )
+    if config.agent is None:  # an agent program brings its own prompts
+        check_system_prompt(config.chat.system_prompt, tasks, str(data.path))
+    tools = _tools_for(config.tools if tools is None else list(tools), host)
+    reward = _reward_for(config, host) if reward is None else reward
+    if reward is not None:
+        missing = sorted(set(getattr(reward, "fields", [])) - set(tasks[0]))
+        if missing:
+            raise UserError(
+                f"reward needs the data field(s) {', '.join(missing)}, which "
+                f"{config.data.path} lacks; add them to every row or pick another reward"
+            )
+    env_specs = {}
+    for t in tools:  # a tool may bring its own env spec (MCP tools do); else the registry's
+        if t.env and t.env not in env_specs:
+            env_specs[t.env] = t.env_spec or host.components.envs.get(t.env)
+    for name in config.envs:
+        if name not in env_specs:
+            used = ", ".join(sorted(env_specs)) or "none"
+            raise UserError(
+                f"envs.{name}: no tool of this run uses an env named '{name}' (envs in use: "
+                f"{used}); remove it or add a tool that needs it"
+            )
+    envs = ResourceManager(env_specs, config.envs)  # bad pool sizes or options: before the model
+    backend_ref = host.components.backends.get(config.backend.name)
+
+    model = config.backend.model or config.model
+    if model is None:
+        raise UserError(
+            "no model: pass --model PATH (a transformers folder) or an alias: tiny, smollm2"
+        )
+    model_path = resolve_model(model)
+    backend_config = config.backend.model_copy(update={"model": str(model_path)})
+    chat = ChatTemplate.load(
+        backend_config.tokenizer or str(model_path),
+        config.chat.template,
+        config.chat.observation,
+        config.chat.chat_template_kwargs or None,
+        tokenizer_loader=backend_config.tokenizer_loader,
+    )
+    parser_name = config.chat.parser or chat.default_parser
+    parser = get_parser(parser_name, config.chat.parser_options, host=host)
+    agent = None
+    if config.agent is not None:
+        from agentfly_cli.rollout.agent_engine import load_agent
+
+        agent = load_agent(config.agent.entry)
+    return ResolvedRun(
+        config,
+        tasks,
+        backend_config,
+        backend_ref,
+        chat,
+        parser,
+        tools,
+        reward,
+        envs,
+        time.perf_counter() - started,
+        agent,
+    )
+
+
+def assemble(resolved: ResolvedRun, backend: Any) -> RolloutRun:
+    """Phase two: the engine over ``backend`` (built by the caller) and the run's env pools."""
+    started = time.perf_counter()
+    config, chat = resolved.config, resolved.chat
+    tokenizer_source = resolved.backend_config.tokenizer or resolved.model_path
+    meta = {"tokenizer": tokenizer_source, "template": chat.name, "backend": config.backend.name}
+    if config.agent is not None:  # an agent program, through the gateway
+        from agentfly_cli.rollout.agent_engine import AgentEngine
+
+        engine: Any = AgentEngine(
+            backend, chat, resolved.parser, resolved.agent, resolved.reward, config.rollout,
+            config.agent, env_manager=resolved.envs, meta={**meta, "agent": config.agent.entry},
+        )  # fmt: skip
+    else:
+        engine = RolloutEngine(
+            backend,
+            chat,
+            resolved.parser,
+            resolved.tools,
+            resolved.reward,
+            config.rollout,
+            system_prompt=config.chat.system_prompt,
+            examples=config.chat.examples,
+            env_manager=resolved.envs,
+            meta=meta,
+        )
+    info = {
+        "model": resolved.model_path,
+        "backend": config.backend.name,
+        "parser": resolved.parser.name,
+        "template": chat.name,
+    }
+    setup_s = resolved.resolve_s + time.perf_counter() - started
+    return RolloutRun(config, engine, resolved.tasks, setup_s, info)
+
+
+def build_rollout(config: RunSettings, host: Any = None, **components: Any) -> RolloutRun:
+    """Both phases with the registered backend: what ``agentfly rollout`` and ``eval`` run.
+    ``components``: ``tools`` and ``reward`` objects, as for :func:`resolve_run`."""
+    resolved = resolve_run(config, host, **components)
+    return assemble(resolved, resolved.build_backend())
+
+
+async def run_rollout_async(
+    run: RolloutRun,
+    *,
+    out: str | None = None,
+    on_finish: Callable[[Trajectory], Any] | None = None,
+) -> RolloutResult:
+    """Run every task's chains; write each trajectory to ``out`` as it finishes.
+
+    Raises :class:`~agentfly_cli.rollout.outcome.AllChainsAbortedError` (after writing ``out``)
+    when every chain aborted."""
+    writer = TrajectoryWriter(out) if out else None
+
+    def finished(trajectory: Trajectory) -> None:
+        if writer is not None:
+            writer.write(trajectory)
+        if on_finish is not None:
+            on_finish(trajectory)
+
+    started = time.perf_counter()
+    try:
+        async with run.engine.backend, run.engine.envs:
+            trajectories = await run.engine.run(run.tasks, on_finish=finished)
+            env_stats = run.engine.envs.stats()
+    finally:
+        if writer is not None:
+            writer.close()
+    if writer is not None:  # keep the file in task order, as the summary and `view --index` see it
+        from agentfly_cli.trajectory import write_trajectories
+
+        write_trajectories(out, trajectories)
+    check_some_chain_ran(trajectories)  # every chain aborted: an error, not a table of zeros
+    return RolloutResult(trajectories, time.perf_counter() - started, run.setup_s, env_stats)
+
+
+def run_rollout(run: RolloutRun, **options: Any) -> RolloutResult:
+    """Blocking :func:`run_rollout_async`."""
+    from agentfly_cli.runtime.shutdown import run_with_clean_shutdown
+
+    return run_with_clean_shutdown(run_rollout_async(run, **options))

@@ -1,0 +1,1 @@
+"""The process runtime: malloc tuning, clean shutdown on signals, deadlines, torch devices."""

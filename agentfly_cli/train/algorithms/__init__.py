@@ -1,0 +1,1 @@
+"""RL algorithms: the estimator and loss interfaces, advantage estimators, policy losses, turn credit, the value head."""

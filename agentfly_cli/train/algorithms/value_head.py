@@ -1,0 +1,33 @@
+"""The value head of PPO with GAE: a scalar per position on the policy's last hidden state."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from agentfly_cli.train.backends import distributed
+
+
+class ValueHead(torch.nn.Module):
+    """A scalar value per position on top of the policy's last hidden state (PPO/GAE)."""
+
+    def __init__(self, hidden_size: int) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(hidden_size, 1)
+        torch.nn.init.zeros_(self.proj.weight)
+        torch.nn.init.zeros_(self.proj.bias)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.proj(hidden.float()).squeeze(-1)
+
+    def step(
+        self, optimizer: torch.optim.Optimizer, policy_grad_norm: float, max_norm: float | None
+    ) -> None:
+        """The head's optimizer step, skipped with the policy's when gradients are not finite."""
+        distributed.average_gradients(self.parameters())
+        if math.isfinite(policy_grad_norm):
+            if max_norm is not None:
+                torch.nn.utils.clip_grad_norm_(self.parameters(), max_norm)
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)

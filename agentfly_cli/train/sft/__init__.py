@@ -1,0 +1,1 @@
+"""Supervised fine-tuning on trajectories, and the warm start before RL."""

@@ -1,0 +1,225 @@
+"""The warm start: supervised fine-tuning on a recipe's packaged solutions, before RL.
+
+A model that solves none of a recipe's tasks gives GRPO no reward spread to learn from. The warm
+start plays each *training* task's packaged solution (``trainer.warm_start.responses``) with the
+``scripted`` backend under the recipe's own template, tools and envs, keeps the chains that
+score, and fine-tunes the model on them (``agentfly sft``'s trainer, short by default: one epoch
+leaves the policy room to explore). RL then starts from that model. The recipe's held-out tasks
+(``data.holdout``) are never played: the rollout reads the train side.
+
+Everything goes to ``RUN_DIR/warm_start/`` (``solutions.jsonl``, ``chains.jsonl``, ``model/``,
+``sft.json``); a resumed run reuses the model found there.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import string
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from agentfly_cli.errors import UserError
+from agentfly_cli.settings.train import SolutionStep, WarmStartSettings
+
+FOLDER = "warm_start"
+SCRIPT_FILE = "solutions.jsonl"
+CHAINS_FILE = "chains.jsonl"
+#: The warm start's own record: its wall time and what it trained on.
+SUMMARY_FILE = "warm_start.json"
+
+log = logging.getLogger(__name__)
+
+
+def _fill(template: str, fields: Mapping[str, Any], where: str) -> str:
+    names = {name for _, name, _, _ in string.Formatter().parse(template) if name}
+    missing = sorted(names - set(fields))
+    if missing:
+        raise UserError(
+            f"trainer.warm_start.responses: {where} has no field {missing[0]!r} for "
+            f"{template!r}; name a field the data rows have, or train without the warm start "
+            "(--no-warm-start)"
+        )
+    return template.format_map(dict(fields))
+
+
+def solution_responses(row: Mapping[str, Any], steps: Sequence[str | SolutionStep]) -> list[str]:
+    """The assistant turns that play ``row``'s packaged solution."""
+    where = f"task {row.get('id', '?')}"
+    turns: list[str] = []
+    for step in steps:
+        if isinstance(step, str):
+            turns.append(_fill(step, row, where))
+            continue
+        items = row.get(step.each)
+        if not isinstance(items, list):
+            raise UserError(
+                f"trainer.warm_start.responses: {where} has no list field {step.each!r}; "
+                "name the field that holds the solution's steps, or train without the warm "
+                "start (--no-warm-start)"
+            )
+        taken = items[:: step.every]
+        for index, item in enumerate(taken):
+            fields = {"item": item, **(dict(item) if isinstance(item, Mapping) else {})}
+            said = step.last if step.last is not None and index == len(taken) - 1 else step.say
+            for template in [said] if isinstance(said, str) else said:
+                turns.append(_fill(template, fields, where))
+    return turns
+
+
+def solution_script(rows: Sequence[Mapping[str, Any]], settings: WarmStartSettings) -> list[dict]:
+    """One scripted-backend line per task: ``{"id", "responses"}``."""
+    if not settings.responses:
+        raise UserError(
+            "trainer.warm_start: this recipe has no packaged solutions to fine-tune on; set "
+            "trainer.warm_start.responses (e.g. ['ANSWER: {answer}']) or drop --warm-start"
+        )
+    script = []
+    for index, row in enumerate(rows):
+        task_id = row.get("id", index)
+        script.append(
+            {"id": str(task_id), "responses": solution_responses(row, settings.responses)}
+        )
+    return script
+
+
+def balanced_subset(
+    tasks: Sequence[Mapping[str, Any]], field: str, limit: int | None
+) -> list[Mapping[str, Any]]:
+    """``limit`` training tasks dealt evenly over ``field`` (``trainer.warm_start.balance``);
+    the warm start then plays them by their ``id``, which must be unique."""
+    from agentfly_cli.train.tasks.balance import deal_evenly
+
+    ids = [task.get("id") for task in tasks]
+    missing = sum(1 for value in ids if value is None)
+    if missing or len(set(map(str, ids))) != len(ids):
+        problem = f"{missing} have no id" if missing else "their ids repeat"
+        raise UserError(
+            f"trainer.warm_start.balance: the warm start picks its tasks by id, and of the "
+            f"{len(tasks)} training tasks {problem}; give every data row a unique id field, "
+            "or set trainer.warm_start.balance: null"
+        )
+    return deal_evenly(tasks, field, limit, setting="trainer.warm_start.balance")
+
+
+def warn_if_kinds_left_out(
+    chosen: Sequence[Mapping[str, Any]], everything: Sequence[Mapping[str, Any]], field: str
+) -> None:
+    """A warning when the first ``limit`` training tasks miss values of the field RL balances
+    over (``trainer.balance``): a data file sorted by kind warm-starts on a few kinds only."""
+    seen = {str(task.get(field)) for task in chosen}
+    left_out = sorted({str(task.get(field)) for task in everything} - seen)
+    if left_out:
+        shown = ", ".join(left_out[:5]) + (", ..." if len(left_out) > 5 else "")
+        log.warning(
+            "the warm start's first %d training tasks hold no task of %d of the %s values RL "
+            "balances over (%s); set trainer.warm_start.balance: %s to deal them evenly",
+            len(chosen),
+            len(left_out),
+            field,
+            shown,
+            field,
+        )
+
+
+def warm_start(config: Any, run_dir: Path, *, console: bool = True, **components: Any) -> Path:
+    """Fine-tune ``config``'s model on the packaged solutions of its training tasks; the
+    folder of the fine-tuned model (reused when a previous run left it). ``components``:
+    ``host``, ``tools`` and ``reward``, as for ``resolve_run``."""
+    from agentfly_cli.models import resolve_model
+    from agentfly_cli.rollout.from_settings import assemble, resolve_run, run_rollout
+    from agentfly_cli.rollout.tasks import load_tasks
+    from agentfly_cli.settings.train import SFTSettings
+    from agentfly_cli.settings.train_backend import TrainBackendSettings
+    from agentfly_cli.train.sft.fine_tune import fine_tune
+
+    settings = config.trainer.warm_start
+    folder = Path(run_dir) / FOLDER
+    model_dir = folder / "model"
+    if (model_dir / "config.json").is_file():
+        return model_dir
+    ranks = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    if ranks > 1:  # every rank would fine-tune into the same folder
+        raise UserError(
+            f"the warm start runs in one process, not in each of {ranks} ranks: make it first "
+            "(agentfly sft, docs/sft.md) and pass its model with --model and --no-warm-start"
+        )
+    folder.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    # its own limit, in file order (as `everything[: settings.limit]` below reads them)
+    data = config.data.model_copy(
+        update={"split": "train", "limit": settings.limit, "shuffle": False}
+    )
+    split = {"holdout": data.holdout, "holdout_seed": data.holdout_seed, "side": "train"}
+    everything = load_tasks(data.path, None, data.where, **split)  # limit applies below
+    if settings.balance:
+        tasks = balanced_subset(everything, settings.balance, settings.limit)
+        chosen = [task["id"] for task in tasks]  # the rollout reads exactly these
+        data = data.model_copy(update={"limit": None, "where": {**data.where, "id": chosen}})
+    else:
+        tasks = everything[: settings.limit]  # as the rollout's data.limit reads them
+        chose_file_order = "balance" in settings.model_fields_set  # an explicit null
+        if settings.limit and config.trainer.balance and not chose_file_order:
+            warn_if_kinds_left_out(tasks, everything, config.trainer.balance)
+    script = folder / SCRIPT_FILE
+    scripted = config.backend.model_copy(update={"name": "scripted", "script": str(script)})
+
+    resolved = resolve_run(
+        config.model_copy(
+            update={
+                "data": data,
+                "backend": scripted,
+                "rollout": config.rollout.model_copy(update={"n": 1}),
+                "out": None,
+            }
+        ),
+        **components,
+    )
+    # the scripted backend, made once the run's tools, envs and options are checked
+    from agentfly_cli.backends.scripted import ScriptedBackend, load_script
+
+    lines = solution_script(tasks, settings)
+    script.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    rollout = assemble(resolved, ScriptedBackend(load_script(script), resolved.chat))
+    run_rollout(rollout, out=str(folder / CHAINS_FILE))
+    sft = SFTSettings(
+        epochs=settings.epochs,
+        batch_size=settings.batch_size,
+        min_reward=1.0,  # a solution that failed under the recipe's settings teaches nothing
+        holdout=0.0,  # the recipe's held-out tasks are held out already
+        micro_batch_tokens=config.trainer.micro_batch_tokens,
+        seed=config.trainer.seed,
+        backend=TrainBackendSettings(
+            lr=settings.lr,
+            lr_schedule="cosine",
+            warmup_steps=2,
+            gradient_checkpointing=config.trainer.backend.gradient_checkpointing,
+            device=config.trainer.backend.device,
+            dtype=config.trainer.backend.dtype,
+        ),
+    )
+    model = str(resolve_model(config.backend.model or config.model))
+    fine_tune([folder / CHAINS_FILE], model, folder, sft, console=console, force=True)
+    summary = {
+        "seconds": round(time.monotonic() - started, 1),
+        "tasks": len(tasks),
+        "balance": settings.balance,
+        "base_model": model,
+        "epochs": settings.epochs,
+        "lr": settings.lr,
+    }
+    (folder / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    return model_dir
+
+
+def warm_started(config: Any, run_dir: Path, *, console: bool = True, **components: Any) -> Any:
+    """``config`` with its model replaced by the warm-started one when
+    ``trainer.warm_start.enabled``; else ``config`` as it is."""
+    if not config.trainer.warm_start.enabled:
+        return config
+    model_dir = str(warm_start(config, run_dir, console=console, **components))
+    backend = config.backend.model_copy(update={"model": None})
+    return config.model_copy(update={"model": model_dir, "backend": backend})

@@ -1,0 +1,75 @@
+"""One training step's trajectories as tensors (:class:`StepBatch`), after dropping those it
+cannot train on: not token-exact, nothing sampled, or (with dynamic sampling) a group whose
+rewards are all equal."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from agentfly_cli.errors import UserError
+from agentfly_cli.trajectory import Trajectory
+from agentfly_cli.settings.algorithm import AlgorithmSettings
+from agentfly_cli.train.algorithms import interfaces as alg
+from agentfly_cli.train.algorithms.interfaces import TurnSpan
+from agentfly_cli.train.tensors.batch import TrainRow, token_matrix, trained_mask
+from agentfly_cli.train.algorithms.turn_credit import turn_spans
+
+
+@dataclass
+class StepBatch:
+    """One step's trajectories as training tensors."""
+
+    rows: list[TrainRow]
+    turns: list[list[TurnSpan]]  # each row's model turns (per-turn credit: gigpo)
+    mask: torch.Tensor  # [B, L] trained tokens
+    rewards: torch.Tensor  # [B]
+    sampler_logprobs: torch.Tensor  # [B, L] (0 where the backend gave none)
+    has_sampler_logprobs: bool
+    old_logprobs: torch.Tensor | None = None
+    ref_logprobs: torch.Tensor | None = None
+    old_values: torch.Tensor | None = None
+    advantages: torch.Tensor | None = None
+    returns: torch.Tensor | None = None
+
+    @classmethod
+    def of(cls, trajectories: list[Trajectory]) -> StepBatch:
+        """The tensors of ``trajectories`` (each token-exact, with a reward)."""
+        rows = [TrainRow(t.ids, t.loss_mask, t.group_id) for t in trajectories]
+        sampler = [
+            [lp for lp, m in zip(t.logprobs, t.loss_mask, strict=True) if m] for t in trajectories
+        ]
+        has_sampler = all(lp is not None for row in sampler for lp in row)
+        sampler = [[0.0 if lp is None else lp for lp in row] for row in sampler]
+        return cls(
+            rows,
+            [turn_spans(t) for t in trajectories],
+            trained_mask(rows),
+            torch.tensor([float(t.reward) for t in trajectories]),
+            token_matrix(rows, sampler),
+            has_sampler,
+        )
+
+
+def trainable(
+    trajectories: list[Trajectory], algo: AlgorithmSettings, metrics: dict[str, float]
+) -> list[Trajectory]:
+    """The trajectories a step trains on; what was dropped, and why, goes to ``metrics``."""
+    usable = []
+    for t in trajectories:
+        if not t.token_exact or sum(t.loss_mask) == 0:
+            continue
+        if t.reward is None:
+            raise UserError(
+                "trajectories have no reward: set `reward:` in the recipe (e.g. exact_match)"
+            )
+        usable.append(t)
+    metrics["train/dropped_unusable"] = float(len(trajectories) - len(usable))
+    if algo.dynamic_sampling and usable:
+        rewards = [t.reward for t in usable]
+        keep = alg.zero_variance_groups(rewards, [t.group_id for t in usable])
+        metrics["train/dropped_zero_variance"] = float(len(usable) - sum(keep))
+        usable = [t for t, k in zip(usable, keep, strict=True) if k]
+    metrics["train/trajectories"] = float(len(usable))
+    return usable
