@@ -76,12 +76,12 @@ if TYPE_CHECKING:
         run_training,
         run_training_async,
     )
+    from agentfly_cli.components.rewards import CombinedReward, Reward, RewardResult, reward
+    from agentfly_cli.components.tools import Tool, ToolDefinitionError, ToolResult, tool
     from agentfly_cli.envs.base import BaseEnv, Env, EnvSpec
     from agentfly_cli.errors import UserError
     from agentfly_cli.plugin_host.hookspecs import hookimpl
     from agentfly_cli.plugin_host.plugins import get_plugin_host
-    from agentfly_cli.components.rewards import CombinedReward, Reward, RewardResult, reward
-    from agentfly_cli.components.tools import Tool, ToolDefinitionError, ToolResult, tool
 
 
 __getattr__ = lazy_exports(globals(), _EXPORTS)

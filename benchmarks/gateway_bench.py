@@ -46,10 +46,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from agentfly_cli.backends.base import Backend, Generation, SamplingParams  # noqa: E402
 from agentfly_cli.chat.parsers import get_parser  # noqa: E402
 from agentfly_cli.chat.templates import ChatTemplate  # noqa: E402
 from agentfly_cli.models.tiny import build_tiny_model  # noqa: E402
-from agentfly_cli.backends.base import Backend, Generation, SamplingParams  # noqa: E402
 from agentfly_cli.serve.app import build_app  # noqa: E402
 from agentfly_cli.serve.gateway import Gateway  # noqa: E402
 from agentfly_cli.serve.server import serving_in_thread  # noqa: E402

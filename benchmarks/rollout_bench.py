@@ -26,13 +26,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from agentfly_cli.backends.base import Backend, Generation  # noqa: E402
 from agentfly_cli.chat.parsers import get_parser  # noqa: E402
 from agentfly_cli.chat.templates import ChatTemplate  # noqa: E402
+from agentfly_cli.components.tools import tool  # noqa: E402
 from agentfly_cli.models.tiny import build_tiny_model  # noqa: E402
-from agentfly_cli.backends.base import Backend, Generation  # noqa: E402
 from agentfly_cli.rollout.engine import RolloutEngine  # noqa: E402
 from agentfly_cli.settings.rollout import RolloutSettings
-from agentfly_cli.components.tools import tool  # noqa: E402
 
 TOOL_LATENCY = 0.05
 

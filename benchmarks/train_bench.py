@@ -143,7 +143,12 @@ def agentfly_same_rows(model_path: str, rows: dict, steps: int) -> list[float]:
     from agentfly_cli.settings.train_backend import TrainBackendSettings
     from agentfly_cli.train.algorithms.interfaces import losses
     from agentfly_cli.train.backends import build_train_backend
-    from agentfly_cli.train.tensors.batch import TrainRow, plan_micro_batches, scatter_rows, trained_mask
+    from agentfly_cli.train.tensors.batch import (
+        TrainRow,
+        plan_micro_batches,
+        scatter_rows,
+        trained_mask,
+    )
     from agentfly_cli.train.tensors.logprobs import sequence_logprobs
 
     config = TrainBackendSettings(device="cpu", dtype="float32", lr=LR, lr_schedule="constant")

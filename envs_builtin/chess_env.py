@@ -20,9 +20,9 @@ import shutil
 from collections.abc import Mapping
 from typing import Any
 
+from agentfly_cli.components.tools import ToolErrorKind, ToolResult, tool
 from agentfly_cli.envs.base import BaseEnv, EnvSpec
 from agentfly_cli.errors import UserError
-from agentfly_cli.components.tools import ToolErrorKind, ToolResult, tool
 
 DEBIAN_STOCKFISH = "/usr/games/stockfish"  # Debian's package puts it outside a user's PATH
 INSTALL_CHESS = "python-chess is not installed; run: pip install 'agentfly-cli[tasks]'"

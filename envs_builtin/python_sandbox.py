@@ -24,9 +24,9 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
+from agentfly_cli.components.tools import tool
 from agentfly_cli.envs.base import BaseEnv, EnvSpec
 from agentfly_cli.errors import UserError
-from agentfly_cli.components.tools import tool
 from envs_builtin.sandbox_cgroup import Limits, unavailable
 from envs_builtin.sandbox_interpreter import Interpreter, Launch, Outcome, StartError
 from envs_builtin.sandbox_launch import (

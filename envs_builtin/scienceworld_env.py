@@ -15,8 +15,8 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from agentfly_cli.envs.base import BaseEnv, EnvSpec
 from agentfly_cli.components.tools import ToolResult, tool
+from agentfly_cli.envs.base import BaseEnv, EnvSpec
 from envs_builtin.scienceworld_sim import JAVA_OPTIONS, MAX_SCORE, Simulator, TaskError, tidy
 
 MAX_ACTION_CHARS = 200

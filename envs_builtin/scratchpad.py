@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from agentfly_cli.envs.base import BaseEnv, EnvSpec
 from agentfly_cli.components.tools import tool
+from agentfly_cli.envs.base import BaseEnv, EnvSpec
 
 MAX_NOTES = 64
 MAX_NOTE_CHARS = 4000

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import agentfly_cli
+from agentfly_cli.components.tools import ToolErrorKind, ToolResult, tool
 from agentfly_cli.envs.base import BaseEnv, EnvSpec
 from agentfly_cli.errors import UserError
-from agentfly_cli.components.tools import ToolErrorKind, ToolResult, tool
 
 PACKAGED = Path(agentfly_cli.__file__).resolve().parent / "recipes" / "data"
 DEFAULT_CORPUS = "search_qa_corpus.jsonl"

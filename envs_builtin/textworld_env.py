@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import agentfly_cli
+from agentfly_cli.components.tools import ToolResult, tool
 from agentfly_cli.envs.base import BaseEnv, EnvSpec
 from agentfly_cli.errors import UserError
-from agentfly_cli.components.tools import ToolResult, tool
 
 ARCHIVE = Path(agentfly_cli.__file__).resolve().parent / "recipes/data/textworld_games.tar.xz"
 MAX_COMMAND_CHARS = 200

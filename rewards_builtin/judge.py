@@ -25,8 +25,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agentfly_cli.errors import UserError
 from agentfly_cli.components.rewards import MissingFieldError, Reward, RewardResult
+from agentfly_cli.errors import UserError
 
 SYSTEM_PROMPT = (
     "You are a strict, fair grader. You compare a candidate answer with the question and, when "

@@ -19,9 +19,9 @@ from typer.testing import CliRunner
 
 from agentfly_cli.cli.app import build_app
 from agentfly_cli.errors import UserError
+from agentfly_cli.rollout.agent_calls import AgentCaller, AgentFailed, failure_of, plain
 from agentfly_cli.rollout.outcome import check_some_chain_ran
 from agentfly_cli.trajectory import Trajectory, read_trajectories
-from agentfly_cli.rollout.agent_calls import AgentCaller, AgentFailed, failure_of, plain
 from tests.test_trainer import ON_CPU, recipe  # noqa: F401 (fixture)
 
 pytest.importorskip("openai", reason="the openai SDK is a dev dependency")

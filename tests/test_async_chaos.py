@@ -18,10 +18,10 @@ import time
 import pytest
 from typer.testing import CliRunner
 
+from agentfly_cli.backends.scripted import ScriptedBackend
 from agentfly_cli.cli.app import build_app
 from agentfly_cli.envs.manager import ResourceManager
 from agentfly_cli.envs.state import pid_alive
-from agentfly_cli.backends.scripted import ScriptedBackend
 from agentfly_cli.settings.envs import EnvPoolSettings
 from agentfly_cli.settings.rollout import RolloutSettings
 from agentfly_cli.train.steps.async_rollouts import RolloutProducer

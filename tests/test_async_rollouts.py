@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from agentfly_cli.trajectory import Trajectory
 from agentfly_cli.train.steps.async_rollouts import RolloutProducer, RolloutWaitTimeout
+from agentfly_cli.trajectory import Trajectory
 
 
 def chain(position: int, sample: int, versions: list[int]) -> Trajectory:

@@ -9,10 +9,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from agentfly_cli.runtime.devices import pick_dtype  # noqa: E402
-from agentfly_cli.errors import UserError  # noqa: E402
 from agentfly_cli.backends.base import BackendUnavailableError, SamplingParams  # noqa: E402
 from agentfly_cli.backends.hf import HFBackend  # noqa: E402
+from agentfly_cli.errors import UserError  # noqa: E402
+from agentfly_cli.runtime.devices import pick_dtype  # noqa: E402
 from agentfly_cli.settings.rollout import BackendSettings  # noqa: E402
 
 TEXTS = [

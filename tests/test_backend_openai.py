@@ -13,9 +13,9 @@ import pytest
 
 pytest.importorskip("httpx")
 
-from agentfly_cli.errors import UserError  # noqa: E402
 from agentfly_cli.backends.base import SamplingParams
 from agentfly_cli.backends.openai import OpenAIBackend, ServerError  # noqa: E402
+from agentfly_cli.errors import UserError  # noqa: E402
 from agentfly_cli.settings.rollout import BackendSettings
 
 VLLM_EXTRAS = {

@@ -398,8 +398,8 @@ def test_async_training_on_vllm_rollouts_records_versions_and_bounds_staleness(
     every turn records the weights that sampled it, and no group is over one update old."""
     import json
 
-    from agentfly_cli.trajectory import read_trajectories
     from agentfly_cli.train.trainer import Trainer
+    from agentfly_cli.trajectory import read_trajectories
 
     overrides = ("trainer.steps=3", "trainer.mode=async", "trainer.max_staleness=1")
     config = vllm_training_config(tiny_model, tmp_path, *overrides)

@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
+from agentfly_cli.components.tools import ToolErrorKind
 from agentfly_cli.envs.base import Env, standalone_env
 from agentfly_cli.plugin_host.plugins import load_plugins
-from agentfly_cli.components.tools import ToolErrorKind
 
 
 @pytest.fixture(scope="module")

@@ -583,9 +583,9 @@ def test_empty_contents_get_their_own_frame(tiny_model):
 
 # -- templates that ignore `tools` (issue 15) --------------------------------------------------
 def _engine_warnings(chat, parser_name, caplog):
+    from agentfly_cli.backends.scripted import ScriptedBackend
     from agentfly_cli.chat import tool_visibility
     from agentfly_cli.chat.parsers import get_parser
-    from agentfly_cli.backends.scripted import ScriptedBackend
     from agentfly_cli.rollout.engine import RolloutEngine
     from tools_builtin.calculator import calculator
 

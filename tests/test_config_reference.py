@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from agentfly_cli.settings.reference import markdown, sections
 from agentfly_cli.settings import VARIABLES
+from agentfly_cli.settings.reference import markdown, sections
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = ("agentfly_cli", "envs_builtin", "tools_builtin", "rewards_builtin")

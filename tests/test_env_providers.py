@@ -113,11 +113,11 @@ def _call(name: str, /, **arguments: Any) -> str:
 
 
 def test_engine_chains_get_their_own_envs_and_return_them(chat):
-    from agentfly_cli.chat.parsers import get_parser
     from agentfly_cli.backends.scripted import ScriptedBackend
+    from agentfly_cli.chat.parsers import get_parser
+    from agentfly_cli.components.tools import tool
     from agentfly_cli.rollout.engine import RolloutEngine
     from agentfly_cli.settings.rollout import RolloutSettings
-    from agentfly_cli.components.tools import tool
     from envs_builtin.scratchpad import SCRATCHPAD, notes_list, notes_write
 
     made: list[ScratchpadEnv] = []
@@ -184,8 +184,8 @@ def test_engine_chains_get_their_own_envs_and_return_them(chat):
 
 
 def test_engine_chain_whose_backend_fails_kills_its_env(chat):
-    from agentfly_cli.chat.parsers import get_parser
     from agentfly_cli.backends.scripted import ScriptedBackend
+    from agentfly_cli.chat.parsers import get_parser
     from agentfly_cli.rollout.engine import RolloutEngine
     from agentfly_cli.settings.rollout import RolloutSettings
     from envs_builtin.scratchpad import SCRATCHPAD, notes_write

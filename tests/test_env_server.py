@@ -170,8 +170,8 @@ def _cli(*arguments: str):
 
 
 def test_env_up_ls_down_and_a_rollout_through_the_server(state_dir, chat_template):
-    from agentfly_cli.chat.parsers import get_parser
     from agentfly_cli.backends.scripted import ScriptedBackend
+    from agentfly_cli.chat.parsers import get_parser
     from agentfly_cli.rollout.engine import RolloutEngine
     from agentfly_cli.settings.rollout import RolloutSettings
     from envs_builtin.scratchpad import notes_list, notes_read, notes_write

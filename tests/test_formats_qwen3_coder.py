@@ -10,15 +10,15 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+from agentfly_cli.backends.scripted import ScriptedBackend
 from agentfly_cli.chat.formats.xml_calls import Qwen3CoderParser
 from agentfly_cli.chat.parsers import get_parser
 from agentfly_cli.chat.sources import guess_parser, packaged_templates
 from agentfly_cli.chat.templates import ChatTemplate
 from agentfly_cli.cli.app import build_app
-from agentfly_cli.backends.scripted import ScriptedBackend
+from agentfly_cli.components.tools import tool
 from agentfly_cli.rollout.engine import RolloutEngine
 from agentfly_cli.settings.rollout import RolloutSettings
-from agentfly_cli.components.tools import tool
 from tests.conftest import real_tokenizer
 from tests.parse_timing import ParseClock
 from tests.test_chat_templates import (

@@ -154,7 +154,8 @@ def test_help_does_not_import_torch():
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
         # the register hooks (tools, envs, rewards and pydantic) wait for a command's first use
         "heavy = ('torch', 'transformers', 'sympy', 'math_verify', 'pydantic', 'chess',\n"
-        "         'agentfly_cli.components.tools', 'envs_builtin.chess_env', 'tools_builtin.answer',\n"
+        "         'agentfly_cli.components.tools', 'envs_builtin.chess_env',\n"
+        "         'tools_builtin.answer',\n"
         # the root page is drawn by cli/root_help.py: Typer's Rich help module costs ~0.1 s
         "         'typer.rich_utils', 'rich.markdown')\n"
         "heavy = [m for m in heavy if m in sys.modules]\n"

@@ -23,7 +23,6 @@ from typer.testing import CliRunner
 pytest.importorskip("mcp")
 
 from agentfly_cli.cli.app import build_app  # noqa: E402
-from agentfly_cli.errors import UserError  # noqa: E402
 from agentfly_cli.components.mcp_tools import (  # noqa: E402
     McpSessionEnv,
     is_mcp_spec,
@@ -31,8 +30,9 @@ from agentfly_cli.components.mcp_tools import (  # noqa: E402
     parse_target,
     tool_name,
 )
-from agentfly_cli.trajectory import read_trajectories  # noqa: E402
 from agentfly_cli.components.schema import JsonSchemaArguments  # noqa: E402
+from agentfly_cli.errors import UserError  # noqa: E402
+from agentfly_cli.trajectory import read_trajectories  # noqa: E402
 
 SERVER = Path(__file__).parent / "fixtures" / "mcp_server.py"
 runner = CliRunner()
@@ -197,8 +197,8 @@ def test_session_env_calls_isolates_and_survives_timeouts(tag):
 
 
 def test_a_server_that_never_answers_times_out_and_is_stopped(tag):
-    from agentfly_cli.errors import UserError
     from agentfly_cli.components.mcp_tools import McpSessionError
+    from agentfly_cli.errors import UserError
 
     env = McpSessionEnv(server_command(tag, "--hang"), connect_timeout=1.0)
     started = time.perf_counter()

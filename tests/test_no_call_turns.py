@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
+from agentfly_cli.backends.scripted import ScriptedBackend
 from agentfly_cli.chat.parsers import get_parser
 from agentfly_cli.chat.templates import ChatTemplate
-from agentfly_cli.backends.scripted import ScriptedBackend
 from agentfly_cli.rollout.engine import RolloutEngine
 from agentfly_cli.rollout.summary import summarize
 from agentfly_cli.settings.rollout import RolloutSettings

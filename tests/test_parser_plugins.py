@@ -167,7 +167,10 @@ def test_a_name_registered_twice_by_one_plugin(make_plugin):
 @pytest.mark.parametrize(
     ("register_lines", "fragment"),
     [
-        ("register(Other())", "takes a parser class (a subclass of agentfly_cli.chat.parser_output."),
+        (
+            "register(Other())",
+            "takes a parser class (a subclass of agentfly_cli.chat.parser_output.",
+        ),
         ("register('hermes')", "got str 'hermes'"),
         ("register(dict)", "parser class dict has no parse or from_options method; subclass"),
         ("register(Other, name='a:b')", "name must be a non-empty string without ':'"),

@@ -9,8 +9,8 @@ import time
 import pytest
 
 from agentfly_cli import CombinedReward, Reward, RewardResult, reward
-from agentfly_cli.errors import RewardError
 from agentfly_cli.components.rewards import RewardDefinitionError
+from agentfly_cli.errors import RewardError
 
 
 def run(coro):

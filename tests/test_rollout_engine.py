@@ -7,14 +7,14 @@ import json
 
 import pytest
 
+from agentfly_cli.backends.scripted import ScriptedBackend
 from agentfly_cli.chat.parsers import get_parser
 from agentfly_cli.chat.templates import ChatTemplate
-from agentfly_cli.backends.scripted import ScriptedBackend
+from agentfly_cli.components.tools import tool
 from agentfly_cli.rollout.engine import RolloutEngine
-from agentfly_cli.trajectory import Trajectory, read_trajectories, write_trajectories
 from agentfly_cli.settings.chat import ObservationSettings
 from agentfly_cli.settings.rollout import RolloutSettings
-from agentfly_cli.components.tools import tool
+from agentfly_cli.trajectory import Trajectory, read_trajectories, write_trajectories
 from rewards_builtin.text import math_equal
 from tools_builtin.answer import answer
 from tools_builtin.calculator import calculator

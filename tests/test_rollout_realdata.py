@@ -16,9 +16,9 @@ import json
 
 import pytest
 
+from agentfly_cli.backends.scripted import ScriptedBackend
 from agentfly_cli.chat.parsers import get_parser
 from agentfly_cli.chat.templates import ChatTemplate
-from agentfly_cli.backends.scripted import ScriptedBackend
 from agentfly_cli.rollout.engine import RolloutEngine
 from agentfly_cli.settings.chat import ObservationSettings
 from agentfly_cli.settings.rollout import RolloutSettings

@@ -1,4 +1,4 @@
-"""Where runs write: default names, no overwrite, the resume guard (agentfly_cli/files/run_folders.py)."""
+"""Where runs write: default names, no overwrite, the resume guard (files/run_folders.py)."""
 
 from __future__ import annotations
 

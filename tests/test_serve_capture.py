@@ -12,9 +12,9 @@ import json
 
 import pytest
 
+from agentfly_cli.backends.base import Backend, Generation
 from agentfly_cli.chat.parsers import get_parser
 from agentfly_cli.chat.templates import ChatTemplate
-from agentfly_cli.backends.base import Backend, Generation
 from agentfly_cli.serve.gateway import Gateway, RequestError
 from tests.test_chat_templates import TOOLS  # the calculator's schema
 

@@ -18,9 +18,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from agentfly_cli.backends.base import SamplingParams
 from agentfly_cli.chat.parsers import get_parser
 from agentfly_cli.chat.templates import ChatTemplate
-from agentfly_cli.backends.base import SamplingParams
 from agentfly_cli.serve.app import build_app
 from agentfly_cli.serve.gateway import Gateway, RequestError
 from agentfly_cli.serve.limits import ServeLimits

@@ -10,9 +10,9 @@ import logging
 
 import pytest
 
+from agentfly_cli.backends.base import Generation
 from agentfly_cli.chat.parsers import get_parser
 from agentfly_cli.chat.templates import ChatTemplate
-from agentfly_cli.backends.base import Generation
 from agentfly_cli.serve.gateway import Gateway
 from agentfly_cli.serve.streaming import ReplyStream, opens_in_think
 from tests.test_serve_capture import TOOLS, Replies, call

@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from agentfly_cli.errors import UserError
-from agentfly_cli.trajectory import Trajectory, read_trajectories
 from agentfly_cli.train.sft.fine_tune import (
     SFTRunner,
     build_settings,
@@ -20,6 +19,7 @@ from agentfly_cli.train.sft.fine_tune import (
     split_by_task,
     train_rows,
 )
+from agentfly_cli.trajectory import Trajectory, read_trajectories
 from tests.recipe_checks import agentfly, write_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]

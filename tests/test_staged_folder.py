@@ -8,9 +8,9 @@ import errno
 import pytest
 
 from agentfly_cli.errors import UserError
-from agentfly_cli.trajectory import Trajectory
-from agentfly_cli.train.sft.fine_tune import select_chains
 from agentfly_cli.files.staged_folder import staged_folder
+from agentfly_cli.train.sft.fine_tune import select_chains
+from agentfly_cli.trajectory import Trajectory
 
 
 def test_outputs_appear_only_when_the_run_ends_and_replace_the_earlier_ones(tmp_path):

@@ -12,14 +12,12 @@ import types
 import pytest
 
 from agentfly_cli.errors import UserError
-from agentfly_cli.trajectory import FINISH_REASONS, ToolCallRecord, Trajectory
 from agentfly_cli.train.telemetry.metrics import (
     StepTimer,
     groups_with_spread,
     rollout_metrics,
     total_tokens,
 )
-from agentfly_cli.train.telemetry.step_progress import StepProgress
 from agentfly_cli.train.telemetry.sinks import (
     Telemetry,
     format_step_line,
@@ -27,6 +25,8 @@ from agentfly_cli.train.telemetry.sinks import (
     read_metrics,
     training_bar_fields,
 )
+from agentfly_cli.train.telemetry.step_progress import StepProgress
+from agentfly_cli.trajectory import FINISH_REASONS, ToolCallRecord, Trajectory
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -12,8 +12,8 @@ import pydantic
 import pytest
 
 from agentfly_cli import Tool, ToolResult, tool
-from agentfly_cli.envs.base import BaseEnv
 from agentfly_cli.components.tools import ToolErrorKind, truncate_observation
+from agentfly_cli.envs.base import BaseEnv
 
 
 @tool

@@ -10,9 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from agentfly_cli.cli.app import build_app
-from agentfly_cli.settings.loader import load_config
 from agentfly_cli.errors import UserError
-from agentfly_cli.trajectory import Trajectory, read_trajectories
+from agentfly_cli.settings.loader import load_config
 from agentfly_cli.settings.run import DataSettings
 from agentfly_cli.settings.train import EvalSettings
 from agentfly_cli.train.tasks.evaluation import (
@@ -25,6 +24,7 @@ from agentfly_cli.train.tasks.evaluation import (
     task_results,
 )
 from agentfly_cli.train.trainer import Trainer
+from agentfly_cli.trajectory import Trajectory, read_trajectories
 from tests.test_trainer import ON_CPU, make_config, recipe, weights  # noqa: F401 (fixture)
 
 ROWS = [{"id": f"t{i}", "question": f"q{i}", "split": "test" if i % 4 == 0 else "train"}

@@ -9,8 +9,8 @@ import os
 
 import pytest
 
-from agentfly_cli.errors import UserError
 from agentfly_cli import trajectory as trajectory_module
+from agentfly_cli.errors import UserError
 from agentfly_cli.trajectory import (
     Trajectory,
     TrajectoryWriter,

@@ -8,12 +8,12 @@ import math
 import pytest
 import torch
 
-from agentfly_cli.trajectory import Trajectory
 from agentfly_cli.settings.algorithm import AlgorithmSettings
 from agentfly_cli.train.algorithms.advantages import grpo_advantages
 from agentfly_cli.train.algorithms.interfaces import AdvantageInput, get_advantage_estimator
-from agentfly_cli.train.tensors.batch import TrainRow, trained_mask
 from agentfly_cli.train.algorithms.turn_credit import gigpo_advantages, turn_spans
+from agentfly_cli.train.tensors.batch import TrainRow, trained_mask
+from agentfly_cli.trajectory import Trajectory
 
 PROMPT = [1, 2, 3]
 ROOT2 = math.sqrt(0.5)  # (1 - 0.5) / unbiased std of [1, 0]

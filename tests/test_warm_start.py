@@ -8,12 +8,12 @@ import json
 
 import pytest
 
-from agentfly_cli.settings.loader import load_config
 from agentfly_cli.errors import UserError
 from agentfly_cli.rollout.tasks import load_tasks
-from agentfly_cli.trajectory import read_trajectories
+from agentfly_cli.settings.loader import load_config
 from agentfly_cli.settings.train import SolutionStep, WarmStartSettings
 from agentfly_cli.train.sft.warm_start import solution_responses, solution_script
+from agentfly_cli.trajectory import read_trajectories
 from tests.recipe_checks import agentfly
 from tests.sandbox_modes import SANDBOX_FLAGS
 
@@ -130,8 +130,8 @@ def test_the_warm_start_is_refused_in_each_of_several_ranks(tmp_path, monkeypatc
 
 
 def test_a_balanced_warm_start_deals_its_limit_over_a_field():
-    from agentfly_cli.train.tasks.balance import deal_evenly
     from agentfly_cli.train.sft.warm_start import balanced_subset
+    from agentfly_cli.train.tasks.balance import deal_evenly
 
     kinds = "aaaabbc"  # a file sorted by kind: the first 5 rows would be a, a, a, a, b
     rows = [{"id": f"t{i}", "kind": kind} for i, kind in enumerate(kinds)]

@@ -121,8 +121,8 @@ def run_training(config: Any, **options: Any) -> Any:
 def _trainer(config: Any, *, out=None, resume=False, tools=None, reward=None, console=False) -> Any:
     """The run folder checked, the warm start done (when the recipe has one), the trainer made."""
     from agentfly_cli.files.run_folders import training_folder
-    from agentfly_cli.train.trainer import Trainer
     from agentfly_cli.train.sft.warm_start import warm_started
+    from agentfly_cli.train.trainer import Trainer
 
     run_dir = training_folder(config, out, resume=resume)
     components = {"tools": tools, "reward": reward}

@@ -17,9 +17,6 @@ import logging
 import random
 from typing import Any
 
-from agentfly_cli.runtime.malloc import keep_freed_memory
-from agentfly_cli.runtime.devices import pick_device, pick_dtype
-from agentfly_cli.errors import UserError
 from agentfly_cli.backends.base import (
     Backend,
     BackendUnavailableError,
@@ -29,6 +26,9 @@ from agentfly_cli.backends.base import (
     StepStreaming,
 )
 from agentfly_cli.backends.hf_batch import BatchRequest, RunningBatch
+from agentfly_cli.errors import UserError
+from agentfly_cli.runtime.devices import pick_device, pick_dtype
+from agentfly_cli.runtime.malloc import keep_freed_memory
 from agentfly_cli.settings.rollout import BackendSettings
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-from agentfly_cli.errors import UserError
 from agentfly_cli.backends.base import (
     Backend,
     BackendUnavailableError,
@@ -25,6 +24,7 @@ from agentfly_cli.backends.base import (
     RequestContext,
     SamplingParams,
 )
+from agentfly_cli.errors import UserError
 from agentfly_cli.settings.rollout import BackendSettings
 
 log = logging.getLogger(__name__)

@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from agentfly_cli.errors import UserError
 from agentfly_cli.backends.base import Backend, Generation, RequestContext, SamplingParams
+from agentfly_cli.errors import UserError
 from agentfly_cli.settings.rollout import BackendSettings
 
 

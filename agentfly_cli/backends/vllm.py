@@ -38,7 +38,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentfly_cli.errors import UserError
 from agentfly_cli.backends.base import (
     Backend,
     BackendUnavailableError,
@@ -48,6 +47,7 @@ from agentfly_cli.backends.base import (
     StepStreaming,
     unwrapped_names,
 )
+from agentfly_cli.errors import UserError
 from agentfly_cli.settings.rollout import BackendSettings
 
 log = logging.getLogger(__name__)

@@ -14,12 +14,24 @@ from agentfly_cli.plugin_host.hookspecs import hookimpl
 # an empty description takes its docstring's first line. `agentfly parsers list` shows them.
 BUILTIN_PARSERS = (
     (".formats.json_calls", "HermesParser", "Hermes / Qwen: <tool_call>{JSON}</tool_call>"),
-    (".formats.json_calls", "Llama3JsonParser", "Llama 3.x: JSON calls, optionally after <|python_tag|>"),
-    (".formats.json_calls", "MistralParser", "Mistral: [TOOL_CALLS] [{JSON}, ...] or name[ARGS]{...}"),
+    (
+        ".formats.json_calls",
+        "Llama3JsonParser",
+        "Llama 3.x: JSON calls, optionally after <|python_tag|>",
+    ),
+    (
+        ".formats.json_calls",
+        "MistralParser",
+        "Mistral: [TOOL_CALLS] [{JSON}, ...] or name[ARGS]{...}",
+    ),
     (".formats.text", "ReactParser", "ReAct: Action: / Action Input: lines, then Final Answer:"),
     (".formats.text", "LineParser", "a line protocol set by parser_options (CALC: 2 + 3)"),
     (".formats.deepseek", "DeepSeekV3Parser", "DeepSeek-V3/V3.1: <｜tool▁call▁begin｜> blocks"),
-    (".formats.xml_calls", "Qwen3CoderParser", "Qwen3-Coder: <tool_call><function=NAME><parameter=KEY>"),
+    (
+        ".formats.xml_calls",
+        "Qwen3CoderParser",
+        "Qwen3-Coder: <tool_call><function=NAME><parameter=KEY>",
+    ),
     (".formats.harmony", "HarmonyParser", "gpt-oss harmony: functions.NAME calls, JSON arguments"),
     (".formats.pythonic", "PythonicParser", "Llama 3.2/4 pythonic: [tool(a=1), other(b='x')]"),
 )

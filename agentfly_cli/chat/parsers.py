@@ -67,7 +67,9 @@ def get_parser(
 
 
 def _host() -> PluginHost:
-    from agentfly_cli.plugin_host.plugins import get_plugin_host  # plugins load on first use, not at import
+    from agentfly_cli.plugin_host.plugins import (
+        get_plugin_host,  # plugins load on first use, not at import
+    )
 
     return get_plugin_host()
 

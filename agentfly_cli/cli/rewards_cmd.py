@@ -79,8 +79,8 @@ def call_reward(
         raise UserError('--options must be a JSON object like \'{"base_url": "..."}\'')
     import asyncio
 
-    from agentfly_cli.plugin_host.loading import resolve_reward
     from agentfly_cli.components.rewards import RewardResult
+    from agentfly_cli.plugin_host.loading import resolve_reward
 
     component = resolve_reward(name).with_options(settings)
     try:

@@ -128,9 +128,9 @@ def call_tool(
     """
     import asyncio
 
+    from agentfly_cli.components.tools import ToolErrorKind
     from agentfly_cli.envs.control import parse_options
     from agentfly_cli.plugin_host.loading import resolve_tool
-    from agentfly_cli.components.tools import ToolErrorKind
 
     component = resolve_tool(name)
     arguments = _json_object(args, "--args")

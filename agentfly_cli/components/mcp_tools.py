@@ -5,10 +5,10 @@ process's environment and working directory) or ``mcp:<http(s) URL>`` (streamabl
 ``mcp[fs]:...`` prefixes the tool names (``fs_read_file``); ``...#add`` keeps one tool.
 
 At resolve time the bridge connects once to list the server's tools and builds a
-:class:`~agentfly_cli.components.tools.Tool` from each tool's JSON Schema (arguments are checked before
-the server sees them). Calls go through an env, ``mcp-<hash>``: each trajectory leases its own
-client session (:class:`McpSessionEnv`) from a pool, so a stateful server is isolated per
-trajectory, sessions are reused (fresh ones after use, by default) and none leak.
+:class:`~agentfly_cli.components.tools.Tool` from each tool's JSON Schema (arguments are
+checked before the server sees them). Calls go through an env, ``mcp-<hash>``: each trajectory
+leases its own client session (:class:`McpSessionEnv`) from a pool, so a stateful server is isolated
+per trajectory, sessions are reused (fresh ones after use, by default) and none leak.
 
 Uses the ``mcp`` 2.x SDK (``mcp.Client``), imported only when an ``mcp:`` tool is used.
 """

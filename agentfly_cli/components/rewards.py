@@ -22,8 +22,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from agentfly_cli import settings
-from agentfly_cli.errors import RewardError, UserError
 from agentfly_cli.components.execution import call_with_timeout, is_async_callable
+from agentfly_cli.errors import RewardError, UserError
 
 __all__ = ["CombinedReward", "Reward", "RewardDefinitionError", "RewardResult", "reward"]
 

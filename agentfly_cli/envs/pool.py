@@ -24,7 +24,6 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from agentfly_cli.runtime.deadlines import within
 from agentfly_cli.envs.base import EnvSpec
 from agentfly_cli.envs.handoff import Handoff
 from agentfly_cli.envs.lease_limit import LeaseClock
@@ -43,6 +42,7 @@ from agentfly_cli.envs.pool_stats import PoolStats
 from agentfly_cli.envs.pool_warmth import WarmKeeper
 from agentfly_cli.envs.providers.base import EnvHandle, EnvProvider
 from agentfly_cli.envs.timeouts import checked_seconds
+from agentfly_cli.runtime.deadlines import within
 from agentfly_cli.settings.envs import PoolLimits
 
 log = logging.getLogger(__name__)

@@ -20,9 +20,9 @@ from typing import Any
 
 import pluggy
 
-from agentfly_cli.plugin_host import hookspecs
 from agentfly_cli import settings
 from agentfly_cli.errors import ComponentConflictError, UserError
+from agentfly_cli.plugin_host import hookspecs
 from agentfly_cli.plugin_host.registry import (
     SINGULAR,
     BackendRef,
@@ -414,7 +414,8 @@ def _parser_register(staged: list[Entry], provenance: Provenance, _: Any) -> Cal
         docstring's first line."""
         if not isinstance(parser, type):
             raise UserError(
-                "register_parsers takes a parser class (a subclass of agentfly_cli.chat.parser_output."
+                "register_parsers takes a parser class (a subclass of "
+                "agentfly_cli.chat.parser_output."
                 f"BaseParser), got {type(parser).__name__} {parser!r:.60}"
             )
         missing = [m for m in ("parse", "from_options") if not callable(getattr(parser, m, None))]

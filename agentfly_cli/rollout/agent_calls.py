@@ -25,8 +25,8 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from agentfly_cli.runtime.deadlines import within
 from agentfly_cli.errors import UserError
+from agentfly_cli.runtime.deadlines import within
 
 log = logging.getLogger(__name__)
 

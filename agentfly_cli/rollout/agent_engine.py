@@ -22,11 +22,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from agentfly_cli.errors import UserError
-from agentfly_cli.trajectory import Trajectory
 from agentfly_cli.rollout.agent_calls import AgentCaller, AgentFailed, Plain
 from agentfly_cli.serve.auth import Access
 from agentfly_cli.serve.gateway import Gateway
 from agentfly_cli.serve.limits import UNBOUNDED_SESSIONS, ServeLimits
+from agentfly_cli.trajectory import Trajectory
 
 log = logging.getLogger(__name__)
 

@@ -21,18 +21,18 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentfly_cli.backends.base import Backend, RequestContext, SamplingParams
 from agentfly_cli.chat.parsers import ToolCall, ToolCallParser
 from agentfly_cli.chat.templates import ChatTemplate
 from agentfly_cli.chat.tool_visibility import warn_if_tools_unseen
+from agentfly_cli.components.tools import Tool, ToolErrorKind, ToolResult
 from agentfly_cli.envs.manager import ResourceManager
 from agentfly_cli.envs.pool import EnvConfigError
-from agentfly_cli.backends.base import Backend, RequestContext, SamplingParams
+from agentfly_cli.files.surrogates import replace_surrogates
 from agentfly_cli.rollout.tasks import check_system_prompt, opening_messages
-from agentfly_cli.trajectory import ToolCallRecord, Trajectory
 from agentfly_cli.rollout.turn_plan import TurnPlan, parse_turn, plan_turn
 from agentfly_cli.settings.rollout import RolloutSettings
-from agentfly_cli.files.surrogates import replace_surrogates
-from agentfly_cli.components.tools import Tool, ToolErrorKind, ToolResult
+from agentfly_cli.trajectory import ToolCallRecord, Trajectory
 
 log = logging.getLogger(__name__)
 

@@ -19,8 +19,8 @@ from agentfly_cli.envs.manager import ResourceManager
 from agentfly_cli.errors import UserError
 from agentfly_cli.rollout.engine import RolloutEngine
 from agentfly_cli.rollout.outcome import check_some_chain_ran
-from agentfly_cli.trajectory import Trajectory, TrajectoryWriter, check_output_path
 from agentfly_cli.settings.run import RunSettings
+from agentfly_cli.trajectory import Trajectory, TrajectoryWriter, check_output_path
 
 
 @dataclass
@@ -64,8 +64,8 @@ def check_agent_extra(config: RunSettings) -> None:
 
 
 def _reward_for(config: RunSettings, host):
-    from agentfly_cli.plugin_host.loading import resolve_reward
     from agentfly_cli.components.rewards import CombinedReward
+    from agentfly_cli.plugin_host.loading import resolve_reward
 
     if not config.reward:
         return None

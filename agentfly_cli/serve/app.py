@@ -21,8 +21,8 @@ import math
 import time
 from typing import Any
 
-from agentfly_cli.chat.templates import ChatTemplateError
 from agentfly_cli.backends.base import BackendUnavailableError
+from agentfly_cli.chat.templates import ChatTemplateError
 from agentfly_cli.serve.auth import Access, is_json, refusal
 from agentfly_cli.serve.gateway import Gateway, RequestError
 

@@ -27,8 +27,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from agentfly_cli.chat.parser_output import _TRAILING_MARKERS, THINK_CLOSE, THINK_OPEN
 from agentfly_cli.backends.base import Generation
+from agentfly_cli.chat.parser_output import _TRAILING_MARKERS, THINK_CLOSE, THINK_OPEN
 
 log = logging.getLogger(__name__)
 CONTEXT_IDS = 6  # ids decoded before the new ones, so the new text comes out as in context

@@ -17,25 +17,29 @@ from typing import Any
 from agentfly_cli.chat.doctor import training_notes
 from agentfly_cli.errors import UserError
 from agentfly_cli.rollout.outcome import check_some_chain_ran
-from agentfly_cli.trajectory import Trajectory
 from agentfly_cli.settings.run import RunSettings
 from agentfly_cli.train.algorithms import interfaces as alg
 from agentfly_cli.train.backends import distributed
-from agentfly_cli.train.steps.async_rollouts import skipped_groups_note
+from agentfly_cli.train.backends.weight_sync import (
+    SharedModel,
+    build_rollout_backend,
+    choose_weight_sync,
+)
 from agentfly_cli.train.checkpoint import CheckpointManager
-from agentfly_cli.train.tensors.logprobs import auto_chunk_size, logprob_temperature, split_model
 from agentfly_cli.train.run_checks import (
     check_agent,
     check_group_size,
     check_reward,
     check_world_size,
 )
-from agentfly_cli.train.telemetry.signal_watch import FlatRewardWatch
-from agentfly_cli.train.tensors.step_batch import StepBatch
-from agentfly_cli.train.telemetry.step_progress import StepProgress
+from agentfly_cli.train.steps.async_rollouts import skipped_groups_note
 from agentfly_cli.train.tasks.plan import TaskPlan
+from agentfly_cli.train.telemetry.signal_watch import FlatRewardWatch
+from agentfly_cli.train.telemetry.step_progress import StepProgress
+from agentfly_cli.train.tensors.logprobs import auto_chunk_size, logprob_temperature, split_model
+from agentfly_cli.train.tensors.step_batch import StepBatch
 from agentfly_cli.train.update import PolicyUpdate
-from agentfly_cli.train.backends.weight_sync import SharedModel, build_rollout_backend, choose_weight_sync
+from agentfly_cli.trajectory import Trajectory
 
 
 @dataclass
@@ -83,8 +87,8 @@ class Trainer:
     # ---- setup -------------------------------------------------------------------------------
     def _setup(self) -> None:
         from agentfly_cli.rollout.from_settings import assemble, resolve_run
-        from agentfly_cli.train.backends import build_train_backend
         from agentfly_cli.runtime.malloc import return_freed_memory
+        from agentfly_cli.train.backends import build_train_backend
 
         return_freed_memory()
 
@@ -322,8 +326,8 @@ class Trainer:
         return isinstance(self.sync, SharedModel)
 
     def _write_trajectories(self, stem: str, trajectories: list[Trajectory]) -> None:
-        from agentfly_cli.trajectory import write_trajectories
         from agentfly_cli.files.run_folders import step_trajectory_file
+        from agentfly_cli.trajectory import write_trajectories
 
         train = self.train
         path = step_trajectory_file(self.run_dir, stem, train.rank, train.world_size)

@@ -14,17 +14,20 @@ from typing import Any
 
 import torch
 
-from agentfly_cli.trajectory import Trajectory
+from agentfly_cli.runtime.malloc import trim_heap
 from agentfly_cli.settings.run import RunSettings
 from agentfly_cli.train.algorithms import interfaces as alg
+from agentfly_cli.train.algorithms.value_head import ValueHead
+from agentfly_cli.train.algorithms.zero_advantage import (
+    rows_with_gradient,
+    zero_advantage_rows_are_inert,
+)
 from agentfly_cli.train.backends import distributed
+from agentfly_cli.train.telemetry.step_progress import StepProgress
 from agentfly_cli.train.tensors.batch import MicroBatch, plan_micro_batches, scatter_rows
-from agentfly_cli.runtime.malloc import trim_heap
 from agentfly_cli.train.tensors.logprobs import SequenceBatch, sequence_logprobs
 from agentfly_cli.train.tensors.step_batch import StepBatch, trainable
-from agentfly_cli.train.telemetry.step_progress import StepProgress
-from agentfly_cli.train.algorithms.value_head import ValueHead
-from agentfly_cli.train.algorithms.zero_advantage import rows_with_gradient, zero_advantage_rows_are_inert
+from agentfly_cli.trajectory import Trajectory
 
 
 class Tally:

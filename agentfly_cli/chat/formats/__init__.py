@@ -1,1 +1,3 @@
-"""Tool-call formats: one module per family (JSON, XML, pythonic, text, harmony, DeepSeek), and the scanners they share."""
+"""Tool-call formats: one module per family (JSON, XML, pythonic, text, harmony, DeepSeek), and the
+scanners they share.
+"""

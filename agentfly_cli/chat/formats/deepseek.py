@@ -8,6 +8,7 @@ arguments in a ```json fence and ``<｜tool▁call▁end｜>``, calls separated 
 
 from __future__ import annotations
 
+from agentfly_cli.chat.formats.tag_scan import scan_tags
 from agentfly_cli.chat.parser_output import (
     BaseParser,
     ParsedResponse,
@@ -18,7 +19,6 @@ from agentfly_cli.chat.parser_output import (
     json_error,
     strip_fence,
 )
-from agentfly_cli.chat.formats.tag_scan import scan_tags
 
 CALLS_BEGIN = "<｜tool▁calls▁begin｜>"
 CALLS_END = "<｜tool▁calls▁end｜>"

@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 from agentfly_cli.chat.formats.json_extent import value_end
+from agentfly_cli.chat.formats.tag_scan import scan_tags
 from agentfly_cli.chat.parser_output import (
     JSON_DECODER,
     BaseParser,
@@ -18,7 +19,6 @@ from agentfly_cli.chat.parser_output import (
     json_values,
     strip_fence,
 )
-from agentfly_cli.chat.formats.tag_scan import scan_tags
 
 
 def _add_calls(

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentfly_cli.chat.formats.tag_scan import scan_tags
 from agentfly_cli.chat.parser_output import (
     MAX_ARGUMENT_DEPTH,
     BaseParser,
@@ -31,7 +32,6 @@ from agentfly_cli.chat.parser_output import (
     decode_json,
     nested_too_deeply,
 )
-from agentfly_cli.chat.formats.tag_scan import scan_tags
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 FUNCTION, FUNCTION_END = "<function=", "</function>"

@@ -1,1 +1,3 @@
-"""RL algorithms: the estimator and loss interfaces, advantage estimators, policy losses, turn credit, the value head."""
+"""RL algorithms: the estimator and loss interfaces, advantage estimators, policy losses, turn
+credit, the value head.
+"""

@@ -55,7 +55,9 @@ def lazy(module: str, attribute: str, description: str) -> Callable[..., Any]:
 def register_algorithms(register):
     for name, (attribute, description, traits) in ADVANTAGES.items():
         module, _, attribute = attribute.rpartition(":")
-        function = lazy(module or "agentfly_cli.train.algorithms.advantages", attribute, description)
+        function = lazy(
+            module or "agentfly_cli.train.algorithms.advantages", attribute, description
+        )
         register("advantage", name, function, description, **traits)
     for name, (attribute, description) in POLICY_LOSSES.items():
         function = lazy("agentfly_cli.train.algorithms.losses", attribute, description)

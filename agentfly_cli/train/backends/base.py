@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agentfly_cli.runtime.devices import pick_device, pick_dtype
 from agentfly_cli.errors import UserError
+from agentfly_cli.runtime.devices import pick_device, pick_dtype
 from agentfly_cli.settings.train_backend import LoraSettings, TrainBackendSettings
 
 if TYPE_CHECKING:

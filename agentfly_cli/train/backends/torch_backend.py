@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from agentfly_cli.runtime.malloc import keep_freed_memory
 from agentfly_cli.errors import UserError
+from agentfly_cli.runtime.malloc import keep_freed_memory
 from agentfly_cli.train.backends.base import (
     TrainBackend,
     TrainBackendSettings,

@@ -40,8 +40,8 @@ class WeightSync:
         admission, vllm at submission). Past
         ``timeout_s`` the push is cancelled and one :class:`WeightSyncTimeout` names the
         backend that hung."""
-        from agentfly_cli.runtime.deadlines import within
         from agentfly_cli.backends.base import BackendUnavailableError
+        from agentfly_cli.runtime.deadlines import within
 
         what = f"weight sync ({self.name} push of version {version})"
         previous = self.backend.policy_version

@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from agentfly_cli.errors import UserError
-from agentfly_cli.trajectory import Trajectory, read_trajectories
-from agentfly_cli.settings.train import SFTSettings
+from agentfly_cli.files.staged_folder import staged_folder
 from agentfly_cli.files.surrogates import json_line
 from agentfly_cli.runtime.malloc import trim_heap
-from agentfly_cli.files.staged_folder import staged_folder
+from agentfly_cli.settings.train import SFTSettings
+from agentfly_cli.trajectory import Trajectory, read_trajectories
 
 SUMMARY_FILE = "sft.json"
 MODEL_DIR = "model"
@@ -39,7 +39,11 @@ def build_settings(sets: Sequence[str] = (), **flags: Any) -> SFTSettings:
     """SFT settings from ``--set key=value`` overrides, then the flags that were given."""
     from pydantic import ValidationError
 
-    from agentfly_cli.settings.loader import apply_overrides, apply_overrides_value, format_settings_error
+    from agentfly_cli.settings.loader import (
+        apply_overrides,
+        apply_overrides_value,
+        format_settings_error,
+    )
 
     defaults = SFTSettings().model_dump()
     # left unset unless --set names it: the default tensorboard sink is then skipped quietly
@@ -192,8 +196,8 @@ class SFTRunner:
     """Cross-entropy on the loss-masked tokens of kept chains, with the torch train backend."""
 
     def __init__(self, model_dir: Path, settings: SFTSettings) -> None:
-        from agentfly_cli.train.backends import build_train_backend
         from agentfly_cli.runtime.malloc import return_freed_memory
+        from agentfly_cli.train.backends import build_train_backend
         from agentfly_cli.train.tensors.logprobs import auto_chunk_size, split_model
 
         return_freed_memory()

@@ -1,1 +1,3 @@
-"""Sources of training steps: the asynchronous producer of rollouts and its steps (the synchronous loop is the trainer's)."""
+"""Sources of training steps: the asynchronous producer of rollouts and its steps (the synchronous
+loop is the trainer's).
+"""

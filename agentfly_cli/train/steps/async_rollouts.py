@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentfly_cli.errors import UserError
-from agentfly_cli.trajectory import Trajectory
 from agentfly_cli.train.tasks.plan import Picked
+from agentfly_cli.trajectory import Trajectory
 
 #: (step, picked tasks, on_finish) -> every trajectory of the batch, ordered by task and sample
 RunBatch = Callable[[int, Picked, Callable[[Trajectory], Any]], Awaitable[list[Trajectory]]]

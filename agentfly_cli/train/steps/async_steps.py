@@ -13,8 +13,8 @@ import asyncio
 from typing import Any
 
 from agentfly_cli.rollout.outcome import check_some_chain_ran
-from agentfly_cli.trajectory import Trajectory
 from agentfly_cli.train.steps.async_rollouts import Picked, RolloutProducer
+from agentfly_cli.trajectory import Trajectory
 
 
 class AsyncSteps:

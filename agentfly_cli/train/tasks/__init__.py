@@ -1,1 +1,3 @@
-"""The task plan of a training run: the task stream, the held-out split, curriculum, balance, held-out evaluation."""
+"""The task plan of a training run: the task stream, the held-out split, curriculum, balance, held-
+out evaluation.
+"""

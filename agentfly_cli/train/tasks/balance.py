@@ -46,8 +46,8 @@ def group_by_field(
 
 class BalancedStream(TaskStream):
     """Hands out tasks round-robin over the values of ``field``: a
-    :class:`~agentfly_cli.train.tasks.stream.TaskStream` whose task at a position comes from the value
-    whose turn it is (``take``, ``position`` and the state dicts are the plain stream's)."""
+    :class:`~agentfly_cli.train.tasks.stream.TaskStream` whose task at a position comes from the
+    value whose turn it is (``take``, ``position`` and the state dicts are the plain stream's)."""
 
     def __init__(
         self,

@@ -7,8 +7,8 @@ already passed); after each step the step's mean training reward joins a window,
 last ``window`` steps at this level average at least ``promote_at`` the run moves up a level.
 The last level is kept to the end of the run.
 
-Like :class:`~agentfly_cli.train.tasks.stream.TaskStream`, the order depends only on the seed and the
-stream's state, so a resumed run (``state_dict`` / ``load_state_dict`` in the checkpoint)
+Like :class:`~agentfly_cli.train.tasks.stream.TaskStream`, the order depends only on the seed and
+the stream's state, so a resumed run (``state_dict`` / ``load_state_dict`` in the checkpoint)
 continues exactly.
 """
 

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from agentfly_cli.errors import UserError
-from agentfly_cli.trajectory import Trajectory
-from agentfly_cli.settings.train import EvalSettings
 from agentfly_cli.files.surrogates import json_line
+from agentfly_cli.settings.train import EvalSettings
+from agentfly_cli.trajectory import Trajectory
 
 #: The held-out rows of a run, written into its folder for ``agentfly eval --data``.
 EVAL_TASKS_FILE = "eval_tasks.jsonl"

@@ -1,1 +1,3 @@
-"""Training telemetry: per-step metrics, their sinks (JSONL, TensorBoard, W&B, console), progress and warnings."""
+"""Training telemetry: per-step metrics, their sinks (JSONL, TensorBoard, W&B, console), progress
+and warnings.
+"""

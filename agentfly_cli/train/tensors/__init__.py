@@ -1,1 +1,3 @@
-"""Trajectories as training tensors: batches, token logprobs, a shared prompt's KV, direct gradients."""
+"""Trajectories as training tensors: batches, token logprobs, a shared prompt's KV, direct
+gradients.
+"""
