@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from agentfly_cli.plugin_host.hookspecs import hookimpl
 
-# the same built-in plugin registers the train backends
-from agentfly_cli.train.backends.builtin import register_train_backends  # noqa: F401
 
 
 def make_hf(config, chat):
