@@ -141,7 +141,7 @@ def agentfly_same_rows(model_path: str, rows: dict, steps: int) -> list[float]:
     from agentfly_cli.settings.algorithm import AlgorithmSettings
     from agentfly_cli.settings.train import TrainerSettings
     from agentfly_cli.settings.train_backend import TrainBackendSettings
-    from agentfly_cli.train.algorithms.interfaces import losses
+    from agentfly_cli.train.algorithms import losses
     from agentfly_cli.train.backends import build_train_backend
     from agentfly_cli.train.tensors.batch import (
         TrainRow,

@@ -10,7 +10,6 @@ from __future__ import annotations
 from agentfly_cli.plugin_host.hookspecs import hookimpl
 
 
-
 def make_hf(config, chat):
     from agentfly_cli.backends.hf import HFBackend
 

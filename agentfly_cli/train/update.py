@@ -219,7 +219,7 @@ class PolicyUpdate:
     def _advantages(self, batch: StepBatch, metrics: dict[str, float]) -> None:
         token_rewards = None
         if self.reference is not None and self.algo.kl_in_reward:
-            from agentfly_cli.train.algorithms.interfaces import losses
+            from agentfly_cli.train.algorithms import losses
 
             token_rewards = losses.kl_token_rewards(
                 batch.old_logprobs, batch.ref_logprobs, batch.mask, self.algo
@@ -311,7 +311,7 @@ class PolicyUpdate:
     ) -> torch.Tensor:
         """The loss of one micro-batch, normalised by its mini-batch's token and row counts so
         that the micro-batch losses sum to the mini-batch loss."""
-        from agentfly_cli.train.algorithms.interfaces import losses
+        from agentfly_cli.train.algorithms import losses
 
         algo = self.algo
         width = batch.mask.shape[1]
