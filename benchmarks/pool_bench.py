@@ -148,7 +148,7 @@ async def bench_provider(name: str, cycles: int, starts: int, **settings) -> dic
 
 async def bench_server(cycles: int) -> dict:
     from agentfly_cli.envs.manager import ResourceManager
-    from agentfly_cli.envs.server import PoolServer
+    from agentfly_cli.pool_server.server import PoolServer
     from agentfly_cli.settings.envs import EnvPoolSettings
 
     folder = tempfile.mkdtemp(prefix="agentfly-bench-")

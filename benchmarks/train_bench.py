@@ -211,7 +211,7 @@ def trl_inputs(rows: dict) -> dict:
 
 
 def agentfly_case(model_path: str, steps: int, workdir: Path, sets=()) -> list[dict]:
-    from agentfly_cli.settings.loader import load_config
+    from agentfly_cli.recipes.loader import load_config
     from agentfly_cli.train.trainer import Trainer
 
     data = workdir / "tasks.jsonl"

@@ -71,8 +71,8 @@ def check_warm_start_plays_solutions(
     ``limit`` training tasks (dealt over ``warm_start.balance``'s values if set) are played in
     the real env and every one scores 1.0; no held-out task is among them; then one RL step
     runs from the fine-tuned model. Returns the chains."""
+    from agentfly_cli.recipes.loader import load_config
     from agentfly_cli.rollout.tasks import load_tasks
-    from agentfly_cli.settings.loader import load_config
 
     config = load_config(recipe)
     data = config.data

@@ -509,7 +509,7 @@ def test_gspo_aggregates_per_sequence_unless_loss_agg_is_set():
 
 @pytest.mark.parametrize("recipe", ["calculator", "code_math", "search_qa"])
 def test_gspo_on_a_builtin_recipe_aggregates_per_sequence(recipe):
-    from agentfly_cli.settings.loader import load_config
+    from agentfly_cli.recipes.loader import load_config
 
     gspo = load_config(recipe, ["trainer.algorithm.policy_loss=gspo"]).trainer.algorithm
     assert gspo.loss_agg == "seq-mean-token-mean"

@@ -341,7 +341,7 @@ def vllm_training_config(tiny_model, tmp_path, *overrides):
     """The calculator recipe on the tiny model with vllm rollouts, rewarded for digits."""
     import json
 
-    from agentfly_cli.settings.loader import load_config
+    from agentfly_cli.recipes.loader import load_config
 
     data = tmp_path / "tasks.jsonl"
     data.write_text("".join(json.dumps({"question": f"{a} + 1?", "answer": "x"}) + "\n"

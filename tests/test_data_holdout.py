@@ -8,8 +8,8 @@ import json
 import pytest
 
 from agentfly_cli.errors import UserError
+from agentfly_cli.recipes.loader import load_config
 from agentfly_cli.rollout.tasks import held_out_indices, load_tasks
-from agentfly_cli.settings.loader import load_config
 from agentfly_cli.trajectory import read_trajectories
 from tests.recipe_checks import agentfly, write_jsonl
 

@@ -14,9 +14,9 @@ from typer.testing import CliRunner
 from agentfly_cli.cli.app import build_app
 from agentfly_cli.envs.base import BaseEnv, EnvSpec
 from agentfly_cli.envs.manager import ResourceManager
-from agentfly_cli.envs.server import PoolServer
 from agentfly_cli.envs.state import pid_alive
 from agentfly_cli.errors import UserError
+from agentfly_cli.pool_server.server import PoolServer
 from agentfly_cli.settings.envs import EnvPoolSettings
 from envs_builtin.scratchpad import SCRATCHPAD
 

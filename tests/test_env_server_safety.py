@@ -20,9 +20,9 @@ from typer.testing import CliRunner
 from agentfly_cli.cli.app import build_app
 from agentfly_cli.envs.process_identity import identify, own_identity
 from agentfly_cli.envs.remote import Connection, resolve_address
-from agentfly_cli.envs.server import PoolServer
 from agentfly_cli.envs.state import ServerRecord, read_records, write_record
 from agentfly_cli.errors import UserError
+from agentfly_cli.pool_server.server import PoolServer
 from agentfly_cli.settings.envs import EnvPoolSettings
 from envs_builtin.scratchpad import SCRATCHPAD
 
@@ -59,7 +59,7 @@ def _stale_record(kind: str, pid: int, state_dir: Path) -> ServerRecord:
         identity = identify(pid)
         assert identity is not None
         record.start_time = identity.start_time - 1  # it started before its pid was reused
-        record.cmdline = "python -m agentfly_cli.envs.server scratchpad --config {}"
+        record.cmdline = "python -m agentfly_cli.pool_server.server scratchpad --config {}"
     return record
 
 
@@ -86,8 +86,8 @@ def test_env_ls_shows_a_reused_pid_as_stale_and_forgets_it(state_dir, bystander,
 
 
 def test_server_state_tells_the_server_from_a_process_with_its_pid(state_dir):
-    from agentfly_cli.envs.server import HELLO_MAX_BYTES as limit
     from agentfly_cli.envs.state import server_state
+    from agentfly_cli.pool_server.server import HELLO_MAX_BYTES as limit
 
     assert limit == HELLO_MAX_BYTES
     me = own_identity()
@@ -264,7 +264,7 @@ def test_env_down_still_signals_the_real_server_when_it_does_not_answer(state_di
     pid = json.loads(up.output)["pid"]
     record = read_record("scratchpad")
     assert record is not None and record.start_time is not None
-    assert "agentfly_cli.envs.server" in record.cmdline and server_state(record) == "alive"
+    assert "agentfly_cli.pool_server.server" in record.cmdline and server_state(record) == "alive"
     os.kill(pid, signal.SIGSTOP)  # it cannot answer, nor act on SIGTERM
     try:
         down = agentfly("env", "down", "scratchpad", "--timeout", "0.5", "--json")

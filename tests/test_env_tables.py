@@ -64,7 +64,7 @@ def test_the_checker_catches_a_cut_pid_and_a_folded_name():
 
 
 def fake_servers(monkeypatch, rows):
-    import agentfly_cli.envs.control as control
+    import agentfly_cli.pool_server.control as control
 
     monkeypatch.setattr(control, "list_servers", lambda timeout=3.0: rows)
 
@@ -103,7 +103,7 @@ def test_env_ls_shows_a_stale_record_whole(tmp_path, monkeypatch):
     with subprocess.Popen(["sleep", "60"]) as bystander:
         try:
             address = f"unix://{tmp_path}/state/{LONG_NAME}.sock"
-            server = "python -m agentfly_cli.envs.server"
+            server = "python -m agentfly_cli.pool_server.server"
             record = ServerRecord(LONG_NAME, bystander.pid, address, start_time=1, cmdline=server)
             write_record(record)
             shown = agentfly("env", "servers")

@@ -9,10 +9,10 @@ import pytest
 
 from agentfly_cli.chat.parsers import get_parser
 from agentfly_cli.chat.templates import ChatTemplate
+from agentfly_cli.recipes.loader import load_config
 from agentfly_cli.serve.app import build_app
 from agentfly_cli.serve.gateway import Gateway
 from agentfly_cli.serve.server import serving_in_thread
-from agentfly_cli.settings.loader import load_config
 from tests.conftest import REPO_ROOT, load_script, rollout_agent_example
 from tests.test_serve_capture import Replies
 

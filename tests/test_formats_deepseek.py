@@ -222,8 +222,8 @@ def test_loader_errors_are_one_line(tmp_path, folder):
 
 
 def test_the_backend_setting_reaches_the_chat_layer(broken, folder, tiny_model, tmp_path):
+    from agentfly_cli.recipes.loader import load_config
     from agentfly_cli.rollout.from_settings import resolve_run
-    from agentfly_cli.settings.loader import load_config
 
     data = tmp_path / "tasks.jsonl"
     data.write_text('{"question": "What is 1 + 2?", "answer": "3"}\n')

@@ -16,7 +16,7 @@ pytest.importorskip("httpx")
 
 from agentfly_cli.cli.app import build_app  # noqa: E402
 from agentfly_cli.errors import RewardError, UserError  # noqa: E402
-from agentfly_cli.settings.loader import load_config  # noqa: E402
+from agentfly_cli.recipes.loader import load_config  # noqa: E402
 from agentfly_cli.trajectory import read_trajectories  # noqa: E402
 from rewards_builtin.judge import JudgeOutputError, llm_judge, parse_judgment  # noqa: E402
 from rewards_builtin.text import exact_match  # noqa: E402

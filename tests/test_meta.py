@@ -109,7 +109,7 @@ def _recipe_table() -> dict[str, tuple[list[str], list[str]]]:
 
 def test_readme_recipe_table_matches_the_registered_recipes():
     from agentfly_cli.plugin_host.plugins import get_plugin_host
-    from agentfly_cli.settings.loader import load_config
+    from agentfly_cli.recipes.loader import load_config
 
     recipes = get_plugin_host().components.recipes.entries()
     table = _recipe_table()

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from agentfly_cli.chat.parsers import get_parser
-from agentfly_cli.settings.loader import load_config
+from agentfly_cli.recipes.loader import load_config
 from envs_builtin.python_sandbox import PythonSandboxEnv, python
 from rewards_builtin.scoring import math_equal_score
 from tests.conftest import load_script

@@ -9,7 +9,7 @@ import pytest
 
 from agentfly_cli.errors import UserError
 from agentfly_cli.plugin_host.loading import resolve_reward, resolve_tools
-from agentfly_cli.settings.loader import load_config
+from agentfly_cli.recipes.loader import load_config
 from tests.test_cli_bad_input import agentfly, one_line_error
 
 REWARD = "def score(prediction, answer):\n    return float(prediction == answer)\n"

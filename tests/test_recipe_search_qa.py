@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from agentfly_cli.errors import UserError
-from agentfly_cli.settings.loader import load_config
+from agentfly_cli.recipes.loader import load_config
 from tests.recipe_checks import (
     SOLUTION_ROWS,
     budget,

@@ -63,7 +63,7 @@ def maps_of_libfrotz() -> int:
 def test_every_packaged_game_can_be_won_within_the_recipe_turn_limit():
     """A game whose walkthrough outlasts ``rollout.max_turns`` could never score 1.0 (the slow
     test plays them; this catches it in make test)."""
-    from agentfly_cli.settings.loader import load_config
+    from agentfly_cli.recipes.loader import load_config
 
     max_turns = load_config("textworld").rollout.max_turns
     longest = max(ROWS, key=lambda r: len(r["walkthrough"]))

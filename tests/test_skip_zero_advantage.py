@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from agentfly_cli.settings.loader import load_config
+from agentfly_cli.recipes.loader import load_config
 from agentfly_cli.train.checkpoint import CheckpointManager
 from agentfly_cli.train.trainer import Trainer
 

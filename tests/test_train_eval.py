@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from agentfly_cli.cli.app import build_app
 from agentfly_cli.errors import UserError
-from agentfly_cli.settings.loader import load_config
+from agentfly_cli.recipes.loader import load_config
 from agentfly_cli.settings.run import DataSettings
 from agentfly_cli.settings.train import EvalSettings
 from agentfly_cli.train.tasks.evaluation import (

@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from agentfly_cli.settings.loader import load_config
+from agentfly_cli.recipes.loader import load_config
 from agentfly_cli.train.tensors.logprobs import GREEDY_BELOW, logprob_temperature
 from agentfly_cli.train.trainer import Trainer
 

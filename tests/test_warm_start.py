@@ -9,8 +9,8 @@ import json
 import pytest
 
 from agentfly_cli.errors import UserError
+from agentfly_cli.recipes.loader import load_config
 from agentfly_cli.rollout.tasks import load_tasks
-from agentfly_cli.settings.loader import load_config
 from agentfly_cli.settings.train import SolutionStep, WarmStartSettings
 from agentfly_cli.train.sft.warm_start import solution_responses, solution_script
 from agentfly_cli.trajectory import read_trajectories

@@ -29,7 +29,7 @@ def load_config(
     (``rollout={"n": 2}`` changes ``rollout.n`` only); ``sets`` are ``--set`` strings
     (``"trainer.steps=2"``). Errors are one-line :class:`UserError` s.
     """
-    from agentfly_cli.settings.loader import load_config as load
+    from agentfly_cli.recipes.loader import load_config as load
 
     return load(str(recipe) if recipe is not None else None, list(sets), **_dotted(fields))
 

@@ -53,15 +53,15 @@ def up(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Start a pool server for NAME with --size warm envs, in the background."""
-    from agentfly_cli.envs.control import (
+    from agentfly_cli.envs.providers import PROVIDERS
+    from agentfly_cli.envs.state import check_server_name
+    from agentfly_cli.errors import UserError
+    from agentfly_cli.pool_server.control import (
         ServerStartError,
         parse_options,
         pool_config,
         start_server,
     )
-    from agentfly_cli.envs.providers import PROVIDERS
-    from agentfly_cli.envs.state import check_server_name
-    from agentfly_cli.errors import UserError
 
     check_server_name(name)
     if provider not in PROVIDERS:
@@ -78,9 +78,9 @@ def up(
     if foreground:
         import asyncio
 
-        from agentfly_cli.envs.control import check_not_running
-        from agentfly_cli.envs.server import run_server
         from agentfly_cli.plugin_host.plugins import get_plugin_host
+        from agentfly_cli.pool_server.control import check_not_running
+        from agentfly_cli.pool_server.server import run_server
 
         get_plugin_host().components.envs.get(name)
         check_not_running(name)
@@ -113,7 +113,7 @@ def up(
 @handle_errors
 def servers(as_json: bool = JSON_OPTION) -> None:
     """Show the pool servers and the state of their pools."""
-    from agentfly_cli.envs.control import list_servers
+    from agentfly_cli.pool_server.control import list_servers
 
     rows = list_servers()
     if as_json:
@@ -157,8 +157,8 @@ def down(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Stop pool servers: their envs are closed, then they exit."""
-    from agentfly_cli.envs.control import stop_server
     from agentfly_cli.envs.state import read_records
+    from agentfly_cli.pool_server.control import stop_server
 
     names = [name] if name is not None else [record.name for record in read_records()]
     results = [stop_server(n, timeout) for n in names]

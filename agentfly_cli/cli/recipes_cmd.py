@@ -46,8 +46,8 @@ def show_recipe(
 ) -> None:
     """Show a recipe: its model, tools, reward, settings, and its data (rows, fields, and the
     values that --where can select)."""
+    from agentfly_cli.recipes.loader import load_config
     from agentfly_cli.rollout.tasks import field_choices, load_tasks
-    from agentfly_cli.settings.loader import load_config
 
     host = host_with_warnings()
     entry = host.components.recipes.entry(name)

@@ -137,7 +137,7 @@ def with_run_options(*names: str) -> Callable[[Callable[..., Any]], Callable[...
 
 def build_config(flags: RunFlags, *extra_sets: str):
     """The run config from a recipe/YAML (``flags['spec']``) plus the flags that were given."""
-    from agentfly_cli.settings.loader import load_config
+    from agentfly_cli.recipes.loader import load_config
 
     def text(name: str) -> str | None:
         value = flags.get(name)

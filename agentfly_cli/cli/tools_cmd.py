@@ -129,8 +129,8 @@ def call_tool(
     import asyncio
 
     from agentfly_cli.components.tools import ToolErrorKind
-    from agentfly_cli.envs.control import parse_options
     from agentfly_cli.plugin_host.loading import resolve_tool
+    from agentfly_cli.pool_server.control import parse_options
 
     component = resolve_tool(name)
     arguments = _json_object(args, "--args")

@@ -24,7 +24,7 @@ from agentfly_cli.envs.process_identity import identify
 from agentfly_cli.errors import UserError
 
 SERVER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
-SERVER_MODULE = "agentfly_cli.envs.server"
+SERVER_MODULE = "agentfly_cli.pool_server.server"
 
 
 def check_server_name(name: str) -> str:

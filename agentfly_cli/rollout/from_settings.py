@@ -1,4 +1,4 @@
-"""Build a rollout from a :class:`~agentfly_cli.settings.loader.RunSettings` and run it.
+"""Build a rollout from a :class:`~agentfly_cli.recipes.loader.RunSettings` and run it.
 
 This is the library behind ``agentfly rollout`` and ``agentfly eval``, in two phases:
 :func:`resolve_run` resolves the model, loads the chat template and parser, and looks up the

@@ -2,7 +2,7 @@
 
 Its sections: ``data``, ``chat``, ``reward`` here; ``backend`` and ``rollout``
 (:mod:`.rollout`), ``trainer`` (:mod:`.train`), ``envs`` (:mod:`.envs`). Loading one from YAML
-and ``--set`` overrides is :func:`agentfly_cli.settings.loader.load_config`.
+and ``--set`` overrides is :func:`agentfly_cli.recipes.loader.load_config`.
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ def build_settings(sets: Sequence[str] = (), **flags: Any) -> SFTSettings:
     """SFT settings from ``--set key=value`` overrides, then the flags that were given."""
     from pydantic import ValidationError
 
-    from agentfly_cli.settings.loader import (
+    from agentfly_cli.recipes.loader import (
         apply_overrides,
         apply_overrides_value,
         format_settings_error,

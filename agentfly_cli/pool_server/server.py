@@ -7,7 +7,7 @@ connection closes without a ``release`` (a crashed or cancelled client, a hung s
 gave up on), the env is killed. The server closes every env on ``shutdown``, SIGTERM and
 Ctrl-C, and removes its record.
 
-Run it with ``python -m agentfly_cli.envs.server NAME --config JSON`` (``agentfly env up``
+Run it with ``python -m agentfly_cli.pool_server.server NAME --config JSON`` (``agentfly env up``
 does this in the background).
 """
 
@@ -287,7 +287,7 @@ async def run_server(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m agentfly_cli.envs.server")
+    parser = argparse.ArgumentParser(prog="python -m agentfly_cli.pool_server.server")
     parser.add_argument("name")
     parser.add_argument("--config", default="{}", help="EnvPoolSettings as JSON")
     parser.add_argument("--host", default=None)

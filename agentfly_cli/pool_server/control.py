@@ -103,7 +103,7 @@ def start_server(
     check_options(spec, config.options)
     check_not_running(name)
     log_path = state_dir() / f"{name}.log"
-    command = [sys.executable, "-m", "agentfly_cli.envs.server", name]
+    command = [sys.executable, "-m", "agentfly_cli.pool_server.server", name]
     command += ["--config", config.model_dump_json(exclude_defaults=True)]
     if host:
         command += ["--host", host, "--port", str(port)]
