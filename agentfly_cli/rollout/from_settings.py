@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,6 +97,34 @@ def _tools_for(entries: list, host) -> list:
     return tools
 
 
+def _given_tasks(
+    rows: Sequence[Mapping[str, Any]],
+    limit: int | None,
+    where: Mapping[str, Any] | None,
+    *,
+    holdout: float,
+    holdout_seed: int,
+    side: str,
+    shuffle_seed: int | None,
+) -> list[dict[str, Any]]:
+    """Task rows given in memory, checked and selected as :func:`load_tasks` does a file's."""
+    from agentfly_cli.rollout.tasks import check_task, held_out_indices, select_rows, shuffled
+
+    if isinstance(rows, (str, bytes)) or not isinstance(rows, Sequence) or not rows:
+        raise UserError("tasks: expected a non-empty list of task rows (dicts with 'question')")
+    for number, row in enumerate(rows):
+        check_task(row, f"tasks[{number}]")
+    chosen = [dict(row) for row in rows]
+    if holdout and side != "all":
+        held = held_out_indices(len(chosen), holdout, holdout_seed)
+        chosen = [row for i, row in enumerate(chosen) if (i in held) == (side == "heldout")]
+    if where:
+        chosen = select_rows(chosen, where, "tasks", "data.where")
+    if shuffle_seed is not None:
+        chosen = shuffled(chosen, shuffle_seed)
+    return chosen[:limit] if limit is not None else chosen
+
+
 @dataclass
 class ResolvedRun:
     """Phase one of a build: a run's components, resolved and checked from its config, before
@@ -127,12 +155,14 @@ def resolve_run(
     config: RunSettings,
     host: Any = None,
     *,
+    tasks: Sequence[Mapping[str, Any]] | None = None,
     tools: list | None = None,
     reward: Any = None,
 ) -> ResolvedRun:
     """Resolve every component ``config`` names, from ``host`` (default: the installed
-    plugins); errors are one-line UserErrors. ``tools`` and ``reward`` (objects, e.g. defined
-    in a notebook; ``tools`` may mix them with registered names) replace the config's."""
+    plugins); errors are one-line UserErrors. ``tasks`` (rows, checked like a file's),
+    ``tools`` and ``reward`` (objects, e.g. defined in a notebook; ``tools`` may mix them with
+    registered names) replace the config's."""
     started = time.perf_counter()
     from agentfly_cli.chat.parsers import get_parser
     from agentfly_cli.chat.templates import ChatTemplate
@@ -146,11 +176,12 @@ def resolve_run(
     check_agent_extra(config)
     if config.out:
         check_output_path(config.out)
-    if not config.data.path:
+    if not config.data.path and tasks is None:
         raise UserError("no data: pass --data FILE.jsonl (or set data.path in the config)")
     data = config.data
-    tasks = load_tasks(
-        data.path,
+    source = str(data.path) if tasks is None else "tasks"
+    tasks = (load_tasks if tasks is None else _given_tasks)(
+        data.path if tasks is None else tasks,
         data.limit,
         data.where,
         holdout=data.holdout,
@@ -159,7 +190,7 @@ def resolve_run(
         shuffle_seed=data.shuffle_seed if data.shuffle else None,
     )
     if config.agent is None:  # an agent program brings its own prompts
-        check_system_prompt(config.chat.system_prompt, tasks, str(data.path))
+        check_system_prompt(config.chat.system_prompt, tasks, source)
     tools = _tools_for(config.tools if tools is None else list(tools), host)
     reward = _reward_for(config, host) if reward is None else reward
     if reward is not None:
@@ -167,7 +198,7 @@ def resolve_run(
         if missing:
             raise UserError(
                 f"reward needs the data field(s) {', '.join(missing)}, which "
-                f"{config.data.path} lacks; add them to every row or pick another reward"
+                f"{source} lacks; add them to every row or pick another reward"
             )
     env_specs = {}
     for t in tools:  # a tool may bring its own env spec (MCP tools do); else the registry's
