@@ -4,7 +4,9 @@ The public API is imported lazily, so that ``agentfly --help`` stays fast and ne
 torch::
 
     from agentfly_cli import tool, reward, hookimpl
-    from agentfly_cli import load_config, run_rollout, run_eval, run_training  # + *_async
+    from agentfly_cli import load_settings, run_rollout, run_eval, run_training  # + *_async
+    from agentfly_cli import Experiment  # components bound once, for a notebook
+    from agentfly_cli import RolloutResult, EvalReport, TrainingResult, Trajectory, RunSettings
 
 See docs/python.md.
 """
@@ -32,13 +34,20 @@ _EXPORTS = {
     "EnvSpec": "agentfly_cli.envs.base",
     "get_plugin_host": "agentfly_cli.plugin_host.plugins",
     "UserError": "agentfly_cli.errors",
-    "load_config": "agentfly_cli.api.functions",
-    "run_rollout": "agentfly_cli.api.functions",
-    "run_rollout_async": "agentfly_cli.api.functions",
-    "run_eval": "agentfly_cli.api.functions",
-    "run_eval_async": "agentfly_cli.api.functions",
-    "run_training": "agentfly_cli.api.functions",
-    "run_training_async": "agentfly_cli.api.functions",
+    "load_settings": "agentfly_cli.api.settings",
+    "load_config": "agentfly_cli.api.settings",
+    "run_rollout": "agentfly_cli.api.rollouts",
+    "run_rollout_async": "agentfly_cli.api.rollouts",
+    "run_eval": "agentfly_cli.api.rollouts",
+    "run_eval_async": "agentfly_cli.api.rollouts",
+    "run_training": "agentfly_cli.api.training",
+    "run_training_async": "agentfly_cli.api.training",
+    "Experiment": "agentfly_cli.api.experiment",
+    "RolloutResult": "agentfly_cli.api.results",
+    "EvalReport": "agentfly_cli.api.results",
+    "TrainingResult": "agentfly_cli.api.results",
+    "Trajectory": "agentfly_cli.trajectory",
+    "RunSettings": "agentfly_cli.settings.run",
 }
 
 __all__ = [
@@ -46,11 +55,17 @@ __all__ = [
     "CombinedReward",
     "Env",
     "EnvSpec",
+    "EvalReport",
+    "Experiment",
     "Reward",
     "RewardResult",
+    "RolloutResult",
+    "RunSettings",
     "Tool",
     "ToolDefinitionError",
     "ToolResult",
+    "TrainingResult",
+    "Trajectory",
     "UserError",
     "__version__",
     "run_eval",
@@ -58,6 +73,7 @@ __all__ = [
     "get_plugin_host",
     "hookimpl",
     "load_config",
+    "load_settings",
     "reward",
     "run_rollout",
     "run_rollout_async",
@@ -67,21 +83,19 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from agentfly_cli.api.functions import (
-        load_config,
-        run_eval,
-        run_eval_async,
-        run_rollout,
-        run_rollout_async,
-        run_training,
-        run_training_async,
-    )
+    from agentfly_cli.api.experiment import Experiment
+    from agentfly_cli.api.results import EvalReport, RolloutResult, TrainingResult
+    from agentfly_cli.api.rollouts import run_eval, run_eval_async, run_rollout, run_rollout_async
+    from agentfly_cli.api.settings import load_config, load_settings
+    from agentfly_cli.api.training import run_training, run_training_async
     from agentfly_cli.components.rewards import CombinedReward, Reward, RewardResult, reward
     from agentfly_cli.components.tools import Tool, ToolDefinitionError, ToolResult, tool
     from agentfly_cli.envs.base import BaseEnv, Env, EnvSpec
     from agentfly_cli.errors import UserError
     from agentfly_cli.plugin_host.hookspecs import hookimpl
     from agentfly_cli.plugin_host.plugins import get_plugin_host
+    from agentfly_cli.settings.run import RunSettings
+    from agentfly_cli.trajectory import Trajectory
 
 
 __getattr__ = lazy_exports(globals(), _EXPORTS)

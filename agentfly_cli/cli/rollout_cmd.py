@@ -19,8 +19,9 @@ from agentfly_cli.cli.run_options import RunFlags, build_config, with_run_option
 QUIET = typer.Option(False, "--quiet", "-q", help="No progress bar.")
 
 
-def execute(config, *, quiet: bool, out: str | None):
-    """Build and run the rollout with a Rich progress bar on stderr."""
+def execute(config, *, quiet: bool, evaluate: float | None = None):
+    """Run the rollout (or, with ``evaluate`` as the threshold, the evaluation) through the
+    API, with a Rich progress bar on stderr; its result (an ``EvalReport`` when evaluating)."""
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -30,17 +31,19 @@ def execute(config, *, quiet: bool, out: str | None):
         TimeRemainingColumn,
     )
 
-    from agentfly_cli.rollout.from_settings import build_rollout, run_rollout
+    from agentfly_cli.api.experiment import Experiment
 
     _quiet_transformers()
     console = stderr_console()
+    experiment = Experiment(config)
     with (
         console.status("loading model, template and tools…", spinner="dots")
         if not quiet
         else contextlib.nullcontext()
     ):
-        run = build_rollout(config)
-    total = len(run.tasks) * config.rollout.n
+        experiment.load()
+    tasks = experiment.tasks if evaluate is None else experiment.eval_tasks
+    total = len(tasks) * config.rollout.n
     rewards: list[float] = []
     progress = Progress(
         TextColumn("[bold]rollout[/bold]"),
@@ -63,8 +66,9 @@ def execute(config, *, quiet: bool, out: str | None):
             mean = f"{sum(rewards) / len(rewards):.3f}" if rewards else "-"
             progress.update(bar, advance=1, reward=mean)
 
-        result = run_rollout(run, out=out, on_finish=finished)
-    return run, result
+        if evaluate is None:
+            return experiment.rollout(out=config.out, on_finish=finished)
+        return experiment.evaluate(threshold=evaluate, out=config.out, on_finish=finished)
 
 
 def _quiet_transformers() -> None:
@@ -79,10 +83,11 @@ def _quiet_transformers() -> None:
 @with_run_options()
 def rollout(flags: RunFlags, quiet: bool = QUIET, as_json: bool = JSON_OPTION) -> None:
     """Roll out agent chains and write token-exact trajectories."""
+    from agentfly_cli.api.settings import with_output_file
     from agentfly_cli.cli.rollout_report import print_report
 
     config = with_output_file(build_config(flags), "rollout")
-    _, summary = run_and_summarize(config, quiet=quiet or as_json)
+    summary = execute(config, quiet=quiet or as_json).summary()
     if as_json:
         print_json({"summary": summary, "out": config.out})
         return
@@ -100,44 +105,22 @@ def evaluate(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Evaluate: roll out n chains per task and report pass@k and mean@k."""
+    from agentfly_cli.api.settings import for_eval, with_output_file
     from agentfly_cli.cli.rollout_report import eval_tables, print_report
     from agentfly_cli.errors import UserError
-    from agentfly_cli.rollout.summary import evaluate as evaluate_trajectories
 
     if not math.isfinite(threshold):
         raise UserError(f"--threshold {threshold}: must be a finite number, e.g. 1 or 0.5")
-    from agentfly_cli.api.functions import for_eval
-
     # a recipe's held-out tasks are what eval is for (--set data.split=train|all: others)
     config = with_output_file(for_eval(build_config(flags)), "eval")
     if not config.reward:
         raise UserError("eval needs a reward: pass --reward NAME (see `agentfly rewards list`)")
-    result, summary = run_and_summarize(config, quiet=quiet or as_json)
-    report = evaluate_trajectories(result.trajectories, threshold)
+    report = execute(config, quiet=quiet or as_json, evaluate=threshold)
+    summary = report.rollout.summary()
     if as_json:
-        print_json({"summary": summary, "eval": report, "out": config.out})
+        print_json({"summary": summary, "eval": report.to_dict(), "out": config.out})
         return
     console = stdout_console()
-    for item in eval_tables(report, threshold):
+    for item in eval_tables(report.to_dict(), threshold):
         console.print(item)
     print_report(summary, config.out)
-
-
-def with_output_file(config, command: str):
-    """The config with ``out`` set (see agentfly_cli/files/run_folders.py) and checked before
-    anything loads: a rollout's chains are never thrown away."""
-    from agentfly_cli.files.run_folders import trajectory_file
-
-    return config.model_copy(update={"out": str(trajectory_file(config, command))})
-
-
-def run_and_summarize(config, *, quiet: bool):
-    """Run the rollout (``--out`` is ``config.out``) and its summary, with the run's facts."""
-    from agentfly_cli.rollout.summary import summarize
-
-    run, result = execute(config, quiet=quiet, out=config.out)
-    summary = summarize(result.trajectories, result.wall_s)
-    summary.update(run.info)
-    if result.envs:
-        summary["envs"] = result.envs
-    return result, summary

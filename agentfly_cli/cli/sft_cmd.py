@@ -39,13 +39,13 @@ def sft(
     sets: list[str] | None = SETS,
 ) -> None:
     """Fine-tune a model on the trained tokens of trajectories (e.g. scripted solutions)."""
+    from agentfly_cli.api.training import run_sft, sft_folder, sft_settings
     from agentfly_cli.cli.rollout_cmd import _quiet_transformers
-    from agentfly_cli.files.output_paths import check_folder_target
-    from agentfly_cli.train.sft.fine_tune import HELDOUT_FILE, build_settings, fine_tune
+    from agentfly_cli.train.sft.fine_tune import HELDOUT_FILE
 
-    check_folder_target(out, "--out")
+    sft_folder(out)
 
-    settings = build_settings(
+    settings = sft_settings(
         sets or [],
         **{
             "epochs": epochs,
@@ -56,8 +56,13 @@ def sft(
         },
     )
     _quiet_transformers()
-    result = fine_tune(
-        trajectories, model, out, settings, console=not quiet and not json_out, force=force
+    result = run_sft(
+        trajectories,
+        out=out,
+        settings=settings,
+        model=model,
+        console=not quiet and not json_out,
+        force=force,
     )
     if json_out:
         print_json(result.summary())

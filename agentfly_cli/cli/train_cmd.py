@@ -35,7 +35,7 @@ def train(
     json_out: bool = typer.Option(False, "--json", help="Print the final metrics as JSON."),
 ) -> None:
     """Train a model with RL on a recipe (default: the calculator recipe on SmolLM2-135M)."""
-    from agentfly_cli.api.functions import run_training
+    from agentfly_cli.api.training import run_training
     from agentfly_cli.cli.rollout_cmd import _quiet_transformers
 
     config = build_config(
@@ -51,7 +51,7 @@ def train(
     result = run_training(config, out=out, resume=resume, console=not quiet)
     if not result.is_main:
         return  # one report per run, from rank 0
-    last = result.history[-1] if result.history else {}
+    last = result.final_metrics
     if json_out:
         print_json(
             {
