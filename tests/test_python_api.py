@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import re
 from pathlib import Path
 
@@ -24,20 +25,47 @@ def test_the_python_page_runs_and_trains_the_tiny_model(tmp_path, monkeypatch):
         for code in blocks():
             exec(compile(code, str(PAGE), "exec"), namespace)
     lines = printed.getvalue().splitlines()
-    assert lines[0] == "2 2"
-    assert lines[1] == "16" and lines[2] == "True True"
-    assert lines[3] == "['mean@2', 'n', 'pass@1', 'pass@2', 'tasks']"
-    steps, rewards = lines[4].split(" ", 1)
-    assert steps == "2" and len(eval(rewards)) == 2  # noqa: S307 (our own printed list)
-    assert "cannot start an event loop inside a running one" in lines[5]
-    assert lines[6] == "16"
+    assert lines[0] == "True 2 2"
+    assert lines[1] == "9 1" and lines[2] == "['calculator', 'answer']"
+    assert lines[3] == "True 18" and lines[4] == "True True" and lines[5] == "18"
+    assert lines[6] == "True 2 [1, 2]"
+    assert lines[7] == "['mean@2', 'n', 'pass@1', 'pass@2', 'tasks']"
+    assert lines[8] == "True 1"
+    assert lines[9] == "True 2 2" and lines[10] == "True"
+    assert lines[11] == "6"
+    assert lines[12] == "['mean@2', 'n', 'pass@1', 'pass@2', 'tasks']"
+    assert "rollout() cannot start an event loop inside a running one" in lines[13]
+    assert lines[14] == "18"
+    assert len(lines) == 15
     run = namespace["run"]
     assert (Path(run.run_dir) / "metrics.jsonl").is_file()
+    kept = (Path(run.run_dir) / "tasks.jsonl").read_text(encoding="utf-8").splitlines()
+    assert [json.loads(line) for line in kept] == namespace["tasks"]  # the rows it trained on
+
+
+def test_the_first_call_patterns_still_work(tmp_path, monkeypatch):
+    """load_config(sets=...), run_eval's report read as a dict, run_training's fields."""
+    from agentfly_cli import load_config, run_eval, run_training
+
+    monkeypatch.chdir(tmp_path)
+    config = load_config(
+        "calculator",
+        model="tiny",
+        data={"limit": 8},
+        rollout={"n": 2, "max_turns": 2, "max_tokens_per_turn": 8},
+        trainer={"steps": 1, "tasks_per_step": 2, "eval": {"every": 0}},
+        sets=["trainer.save_trajectories=false"],
+    )
+    assert config.rollout.n == 2 and config.trainer.steps == 1
+    report = run_eval(config, threshold=0.5)
+    assert sorted(report["overall"]) == ["mean@2", "n", "pass@1", "pass@2", "tasks"]
+    assert report["threshold"] == 0.5 and dict(report) == report.to_dict()
+    run = run_training(config, out=tmp_path / "run")
+    assert run.steps == 1 and len(run.history) == 1 and run.is_main
+    assert run.final_metrics == run.history[-1] and "reward/mean" in run.history[0]
 
 
 def test_cell_objects_replace_the_recipes_components(tmp_path):
-    import json
-
     from agentfly_cli import load_config, reward, run_rollout, tool
 
     @tool
