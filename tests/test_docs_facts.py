@@ -162,3 +162,49 @@ def test_advantage_estimators_and_policy_losses():
     for key, kind in (("advantage", "advantages"), ("policy_loss", "policy_losses")):
         meaning = between(training, f"| `{key}` |", "\n").split("|")[1]  # after the default
         assert set(ticked(meaning.split("or a plugin")[0])) == builtin_names(kind), key
+
+
+# -- the layers of docs/architecture.md -------------------------------------------------------
+def layer_rows() -> list[str]:
+    """The first column of architecture.md's layer table, bottom first (``errors`` ...)."""
+    table = between(read("docs/architecture.md"), "| layer | what it holds |", "\n\n")
+    return [
+        re.sub(r"\.py$|/$", "", name) for name in re.findall(r"^\| `([\w/.]+)` \|", table, re.M)
+    ]
+
+
+def top_level_imports(path) -> set[str]:
+    """The ``agentfly_cli.X`` that ``path`` imports at module level (``TYPE_CHECKING`` aside)."""
+    import ast
+
+    names = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            modules = [node.module]
+        elif isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        else:
+            continue
+        names |= {m.split(".")[1] for m in modules if m.startswith("agentfly_cli.")}
+    return names
+
+
+def test_the_layer_table_has_every_folder():
+    package = REPO_ROOT / "agentfly_cli"
+    have = {p.name for p in package.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    have |= {p.stem for p in package.glob("*.py") if not p.stem.startswith("__")}
+    assert sorted(layer_rows()) == sorted(have)
+
+
+def test_the_layer_table_is_in_import_order():
+    """Each row imports (at module level) only from itself and the rows below it."""
+    rows = layer_rows()
+    package = REPO_ROOT / "agentfly_cli"
+    upward = []
+    for i, row in enumerate(rows):
+        files = [package / f"{row}.py"] if (package / f"{row}.py").exists() else []
+        files = files or sorted((package / row).rglob("*.py"))
+        for path in files:
+            for name in top_level_imports(path) - set(rows[: i + 1]):
+                upward.append(f"{path.relative_to(package)} imports {name}")
+    assert upward == []
