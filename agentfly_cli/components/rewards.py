@@ -123,7 +123,7 @@ class Reward:
         return renamed
 
     def with_options(self, options: Mapping[str, Any]) -> Reward:
-        """This reward configured by a config's ``reward: [{name, options}]``.
+        """This reward with the options a run's settings give it (``reward: [{name, options}]``).
 
         A plain reward takes no options; configurable ones (``llm_judge``) override this and
         return a configured copy. Bad options are a one-line :class:`UserError`.

@@ -1,4 +1,5 @@
-"""Environments: the protocol, specs, and (in a later release) pools and providers."""
+"""Envs: the ``Env`` contract and specs; pools (``pool``, ``manager``), providers, and the
+pool server's client (``remote``)."""
 
 from agentfly_cli.envs.base import BaseEnv, Env, EnvSpec, standalone_env
 

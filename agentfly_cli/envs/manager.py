@@ -1,7 +1,7 @@
 """The resource manager: the env pools of one run, one per env name, behind one lease call.
 
 A trajectory leases one env per name it uses (two names give two envs, never a mix-up). The
-manager builds each pool from the run's ``envs:`` config: in this process, in child
+manager builds each pool from the run's ``envs:`` settings: in this process, in child
 processes, on Ray, or on a pool server started by ``agentfly env up``.
 """
 

@@ -1,9 +1,10 @@
 """Rollouts by an agent program: each chain is one run of ``fn(task, base_url)`` against the
 gateway, and its session's segments are the chain's trajectories.
 
-:class:`AgentEngine` stands where :class:`~agentfly_cli.rollout.engine.RolloutEngine` stands
-(``run``, ``backend``, ``envs``, ``settings``, ``chat``, ``sampled_tokens``), so ``agentfly
-rollout``, ``eval`` and ``train`` run agents as they run recipes. Each ``run`` serves the
+:class:`AgentEngine` and :class:`~agentfly_cli.rollout.engine.RolloutEngine` are both an
+:class:`~agentfly_cli.rollout.engine_protocol.Engine` (``run``, ``backend``, ``envs``,
+``settings``, ``chat``, ``meta``, ``sampled_tokens``), so ``agentfly rollout``, ``eval`` and
+``train`` run agents as they run recipes. Each ``run`` serves the
 gateway on a free local port, in the same event loop as the backend, for as long as it lasts.
 An agent that raises (even ``SystemExit``), outlives ``agent.timeout_s`` (even blocked in sync
 code), or returns no reward or answer (NaN, ``10**400``, a ``str()`` that raises) is data: its

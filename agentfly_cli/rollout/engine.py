@@ -85,7 +85,8 @@ def _derive_seed(base: int | None, *parts: int) -> int | None:
 
 
 class RolloutEngine:
-    """Runs groups of ``n`` chains per task against a backend, tools and a reward."""
+    """Runs groups of ``n`` chains per task against a backend, tools and a reward (an
+    :class:`~agentfly_cli.rollout.engine_protocol.Engine`)."""
 
     def __init__(
         self,

@@ -18,6 +18,7 @@ from typing import Any
 from agentfly_cli.envs.manager import ResourceManager
 from agentfly_cli.errors import UserError
 from agentfly_cli.rollout.engine import RolloutEngine
+from agentfly_cli.rollout.engine_protocol import Engine
 from agentfly_cli.rollout.outcome import check_some_chain_ran
 from agentfly_cli.settings.run import RunSettings
 from agentfly_cli.trajectory import Trajectory, TrajectoryWriter, check_output_path
@@ -28,7 +29,7 @@ class RolloutRun:
     """Everything a rollout needs, built and checked, before anything runs."""
 
     config: RunSettings
-    engine: RolloutEngine
+    engine: Engine
     tasks: list[dict[str, Any]]
     setup_s: float = 0.0
     info: dict[str, Any] = field(default_factory=dict)
@@ -259,7 +260,7 @@ def assemble(resolved: ResolvedRun, backend: Any) -> RolloutRun:
     if config.agent is not None:  # an agent program, through the gateway
         from agentfly_cli.rollout.agent_engine import AgentEngine
 
-        engine: Any = AgentEngine(
+        engine: Engine = AgentEngine(
             backend, chat, resolved.parser, resolved.agent, resolved.reward, config.rollout,
             config.agent, env_manager=resolved.envs, meta={**meta, "agent": config.agent.entry},
         )  # fmt: skip

@@ -1,4 +1,4 @@
-"""A run config (:class:`RunSettings`): a recipe, a YAML file, or ``--set`` overrides.
+"""A run's settings (:class:`RunSettings`): from a recipe, a YAML file, and ``--set`` overrides.
 
 Its sections: ``data``, ``chat``, ``reward`` here; ``backend`` and ``rollout``
 (:mod:`.rollout`), ``trainer`` (:mod:`.train`), ``envs`` (:mod:`.envs`). Loading one from YAML

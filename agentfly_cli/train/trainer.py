@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentfly_cli.chat.doctor import training_notes
 from agentfly_cli.errors import UserError
@@ -40,6 +40,9 @@ from agentfly_cli.train.tensors.logprobs import auto_chunk_size, logprob_tempera
 from agentfly_cli.train.tensors.step_batch import StepBatch
 from agentfly_cli.train.update import PolicyUpdate
 from agentfly_cli.trajectory import Trajectory
+
+if TYPE_CHECKING:
+    from agentfly_cli.rollout.engine_protocol import Engine
 
 
 @dataclass
@@ -122,7 +125,7 @@ class Trainer:
             resolved, self.train, backend_settings, overlapping=overlaps
         )
         self.rollout = assemble(resolved, backend)
-        self.engine = self.rollout.engine
+        self.engine: Engine = self.rollout.engine
         self.sync = choose_weight_sync(self.train, backend, backend_settings, shared=shared)
         self.chunk = settings.logprob_chunk or auto_chunk_size(split_model(self.train.model)[1])
         # logprobs of the distribution the rollouts were sampled from (logits / T)

@@ -14,12 +14,15 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentfly_cli.errors import UserError
 from agentfly_cli.files.surrogates import json_line
 from agentfly_cli.settings.train import EvalSettings
 from agentfly_cli.trajectory import Trajectory
+
+if TYPE_CHECKING:
+    from agentfly_cli.rollout.engine_protocol import Engine
 
 #: The held-out rows of a run, written into its folder for ``agentfly eval --data``.
 EVAL_TASKS_FILE = "eval_tasks.jsonl"
@@ -160,7 +163,7 @@ class HeldOutEval:
         lines = (json_line(row) for row in self.split.eval)  # a lone surrogate is escaped
         (run_dir / EVAL_TASKS_FILE).write_text("".join(line + "\n" for line in lines))
 
-    async def run(self, steps_done: int, *, engine: Any, train: Any, progress: Any) -> tuple:
+    async def run(self, steps_done: int, *, engine: Engine, train: Any, progress: Any) -> tuple:
         """Roll out this rank's share of the eval tasks with the current policy. Returns
         (``eval/*`` metrics merged over the ranks, this rank's trajectories)."""
         import time
