@@ -5,6 +5,8 @@ functions alike)."""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import agentfly_cli.cli
@@ -102,3 +104,19 @@ def test_the_check_sees_every_kind_of_import(tmp_path):
         "agentfly_cli/cli/bad.py:6 imports agentfly_cli.serve",
         "agentfly_cli/cli/bad.py:7 imports agentfly_cli.apis",
     ]
+
+
+def test_the_api_modules_are_light_to_import():
+    """The CLI imports the API at start-up: no API module may pull pydantic or torch then."""
+    names = sorted(p.stem for p in (PACKAGE / "api").glob("*.py") if p.stem != "__init__")
+    code = (
+        "import importlib, sys\n"
+        f"for name in {names!r}:\n"
+        "    importlib.import_module('agentfly_cli.api.' + name)\n"
+        "print(sorted(m for m in ('pydantic', 'torch', 'transformers') if m in sys.modules))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert "components" in names and "envs" in names
+    assert result.stdout.strip() == "[]", f"importing agentfly_cli.api.* loads {result.stdout}"
