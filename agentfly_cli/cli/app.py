@@ -9,7 +9,9 @@ import os
 
 import typer
 
-from agentfly_cli import __version__, settings
+from agentfly_cli import __version__
+from agentfly_cli.api import runtime
+from agentfly_cli.api.components import get_plugin_host
 from agentfly_cli.cli import (
     backends_cmd,
     doctor_cmd,
@@ -29,7 +31,6 @@ from agentfly_cli.cli import (
 )
 from agentfly_cli.cli.output import handle_errors
 from agentfly_cli.cli.usage_errors import OneLineErrorsGroup
-from agentfly_cli.plugin_host.plugins import get_plugin_host
 
 
 def _version(value: bool) -> None:
@@ -68,7 +69,7 @@ def build_app(*, with_plugin_commands: bool = True) -> typer.Typer:
         ),
     ) -> None:
         """Train LM agents with reinforcement learning on multi-turn tool use."""
-        settings.check_environment()
+        runtime.check_environment()
         if local_rank is not None:
             os.environ.setdefault("LOCAL_RANK", str(local_rank))
 
@@ -96,9 +97,7 @@ def build_app(*, with_plugin_commands: bool = True) -> typer.Typer:
 
 def main() -> None:
     """Console-script entry point."""
-    from agentfly_cli.runtime.malloc import return_freed_memory
-
-    return_freed_memory()  # before torch starts its threads: see train/heap.py
+    runtime.return_freed_memory()  # before torch starts its threads: see train/heap.py
     build_app()(prog_name="agentfly")
 
 

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from agentfly_cli.api.components import (
+    PluginHost,
+    conflict_of,
+    get_plugin_host,
+    provenance_fields,
+)
 from agentfly_cli.cli.output import print_json, stdout_console, table, warn
-from agentfly_cli.plugin_host.plugins import PluginHost, get_plugin_host
-from agentfly_cli.plugin_host.registry import Entry, Registry, conflict_message
+
+__all__ = ["conflict_of", "host_with_warnings", "print_listing", "provenance_fields"]
 
 
 def host_with_warnings() -> PluginHost:
@@ -23,24 +27,6 @@ def host_with_warnings() -> PluginHost:
             + ", ".join(host.missing_requested)
         )
     return host
-
-
-def provenance_fields(entry: Entry) -> dict[str, Any]:
-    origin = entry.provenance
-    return {
-        "plugin": origin.plugin,
-        "distribution": origin.distribution,
-        "version": origin.version,
-        "builtin": origin.builtin,
-    }
-
-
-def conflict_of(registry: Registry, entry: Entry) -> str | None:
-    """The conflict message for ``entry``'s name, if another plugin registered it too."""
-    entries = registry.conflicts().get(entry.name)
-    if not entries:
-        return None
-    return conflict_message(registry.singular, entry.name, entries[0], entries[1])
 
 
 def print_listing(kind: str, as_json: bool) -> None:

@@ -33,7 +33,7 @@ def doctor(
     One verdict per check (pass, warn, fail) and the fix for each that does not pass. Exit
     code 1 when a check fails.
     """
-    from agentfly_cli.chat.doctor import FAIL, diagnose
+    from agentfly_cli.api.doctor import any_failed, diagnose
 
     _check_flags(parser, observation_role)
     verdicts = diagnose(
@@ -57,23 +57,18 @@ def doctor(
         stdout_console().print(
             table(f"agentfly doctor {model}", ("check", "verdict", "detail"), rows)
         )
-    if any(v.status == FAIL for v in verdicts):
+    if any_failed(verdicts):
         raise typer.Exit(1)
 
 
 def _check_flags(parser: str | None, observation_role: str) -> None:
     """An unknown --parser or an empty --observation-role is bad input (exit 2), not a failed
     check: caught before the model's tokenizer loads."""
-    from pydantic import ValidationError
-
-    from agentfly_cli.chat.parsers import get_parser
-    from agentfly_cli.errors import UserError
-    from agentfly_cli.settings.chat import ObservationSettings
+    from agentfly_cli.api.doctor import check_parser, observation_role_problem
+    from agentfly_cli.api.errors import UserError
 
     if parser is not None:
-        get_parser(parser)  # an unknown name is a UserError naming `agentfly parsers list`
-    try:
-        ObservationSettings(role=observation_role)
-    except ValidationError as exc:
-        reason = exc.errors()[0]["msg"].removeprefix("Value error, ")
-        raise UserError(f"--observation-role {observation_role!r}: {reason}") from None
+        check_parser(parser)  # an unknown name is a UserError naming `agentfly parsers list`
+    reason = observation_role_problem(observation_role)
+    if reason is not None:
+        raise UserError(f"--observation-role {observation_role!r}: {reason}")

@@ -53,19 +53,17 @@ def up(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Start a pool server for NAME with --size warm envs, in the background."""
-    from agentfly_cli.envs.providers import PROVIDERS
-    from agentfly_cli.envs.state import check_server_name
-    from agentfly_cli.errors import UserError
-    from agentfly_cli.pool_server.control import (
+    from agentfly_cli.api.envs import (
         ServerStartError,
+        check_provider,
+        check_server_name,
         parse_options,
         pool_config,
         start_server,
     )
 
     check_server_name(name)
-    if provider not in PROVIDERS:
-        raise UserError(f"--provider {provider!r} is unknown; use one of: {', '.join(PROVIDERS)}")
+    check_provider(provider)
     size = size or 1
     config = pool_config(
         provider=provider,
@@ -76,16 +74,11 @@ def up(
         options=parse_options(option),
     )
     if foreground:
-        import asyncio
+        from agentfly_cli.api.envs import check_can_serve, serve_pool
 
-        from agentfly_cli.plugin_host.plugins import get_plugin_host
-        from agentfly_cli.pool_server.control import check_not_running
-        from agentfly_cli.pool_server.server import run_server
-
-        get_plugin_host().components.envs.get(name)
-        check_not_running(name)
+        check_can_serve(name)
         stderr_console().print(f"serving env '{name}' until Ctrl-C", highlight=False)
-        asyncio.run(run_server(name, config, host=host, port=port))
+        serve_pool(name, config, host=host, port=port)
         return
     try:
         record = start_server(name, config, host=host, port=port, wait=wait)
@@ -113,7 +106,7 @@ def up(
 @handle_errors
 def servers(as_json: bool = JSON_OPTION) -> None:
     """Show the pool servers and the state of their pools."""
-    from agentfly_cli.pool_server.control import list_servers
+    from agentfly_cli.api.envs import list_servers
 
     rows = list_servers()
     if as_json:
@@ -157,10 +150,9 @@ def down(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Stop pool servers: their envs are closed, then they exit."""
-    from agentfly_cli.envs.state import read_records
-    from agentfly_cli.pool_server.control import stop_server
+    from agentfly_cli.api.envs import server_names, stop_server
 
-    names = [name] if name is not None else [record.name for record in read_records()]
+    names = [name] if name is not None else server_names()
     results = [stop_server(n, timeout) for n in names]
     if as_json:
         print_json(results)

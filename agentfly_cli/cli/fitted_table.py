@@ -15,8 +15,8 @@ from typing import Any
 from rich.console import Console
 from rich.measure import Measurement
 
+from agentfly_cli.api.errors import printable
 from agentfly_cli.cli.output import table
-from agentfly_cli.files.safe_text import printable
 
 
 def print_fitted(

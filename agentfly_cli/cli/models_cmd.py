@@ -15,19 +15,9 @@ app = typer.Typer(
 @handle_errors
 def list_models(as_json: bool = JSON_OPTION) -> None:
     """List the aliases `--model` accepts and whether each is built in the cache."""
-    from agentfly_cli.models.resolve import alias_folder, known_models
+    from agentfly_cli.api.models import model_aliases
 
-    items = []
-    for name, alias in sorted(known_models().items()):
-        folder = alias_folder(alias)
-        items.append(
-            {
-                "name": name,
-                "description": alias.description,
-                "built": (folder / ".complete").exists(),
-                "path": str(folder),
-            }
-        )
+    items = model_aliases()
     if as_json:
         print_json(items)
         return
@@ -39,7 +29,7 @@ def list_models(as_json: bool = JSON_OPTION) -> None:
 @handle_errors
 def build(name: str = typer.Argument(..., help="An alias from `agentfly models list`.")) -> None:
     """Build (or convert) a model alias into the cache and print its folder."""
+    from agentfly_cli.api.models import build_model
     from agentfly_cli.cli.output import print_text
-    from agentfly_cli.models import resolve_model
 
-    print_text(str(resolve_model(name)))
+    print_text(str(build_model(name)))

@@ -18,9 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from agentfly_cli.errors import UserError
-from agentfly_cli.files.safe_text import printable
-from agentfly_cli.settings import debug_enabled  # AGENTFLY_DEBUG, read in one place
+from agentfly_cli.api.errors import UserError, debug_enabled, printable
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from agentfly_cli.api.components import LOAD_PLUGINS_ENV, PluginInfo, get_plugin_host
 from agentfly_cli.cli.output import (
     JSON_OPTION,
     handle_errors,
@@ -10,7 +11,6 @@ from agentfly_cli.cli.output import (
     stdout_console,
     table,
 )
-from agentfly_cli.plugin_host.plugins import LOAD_PLUGINS_ENV, PluginInfo, get_plugin_host
 
 
 def problems_of(plugin: PluginInfo) -> list[str]:

@@ -46,14 +46,13 @@ def show_recipe(
 ) -> None:
     """Show a recipe: its model, tools, reward, settings, and its data (rows, fields, and the
     values that --where can select)."""
-    from agentfly_cli.recipes.loader import load_config
-    from agentfly_cli.rollout.tasks import field_choices, load_tasks
+    from agentfly_cli.api.recipes import field_choices, load_recipe, recipe_tasks
 
     host = host_with_warnings()
     entry = host.components.recipes.entry(name)
-    config = load_config(name)
+    config = load_recipe(name)
     path = config.data.path
-    rows = load_tasks(path, config.data.limit, config.data.where) if path else []
+    rows = recipe_tasks(config)
     fields = list(dict.fromkeys(k for row in rows for k in row))
     info = {
         "name": entry.name,

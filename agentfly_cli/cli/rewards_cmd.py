@@ -6,6 +6,7 @@ import json
 
 import typer
 
+from agentfly_cli.api.errors import UserError, printable
 from agentfly_cli.cli.common import conflict_of, host_with_warnings, provenance_fields
 from agentfly_cli.cli.output import (
     EXIT_FAILURE,
@@ -16,8 +17,6 @@ from agentfly_cli.cli.output import (
     summary,
     table,
 )
-from agentfly_cli.errors import RewardError, UserError
-from agentfly_cli.files.safe_text import printable
 
 app = typer.Typer(help="List and try rewards.", no_args_is_help=True)
 
@@ -79,8 +78,7 @@ def call_reward(
         raise UserError('--options must be a JSON object like \'{"base_url": "..."}\'')
     import asyncio
 
-    from agentfly_cli.components.rewards import RewardResult
-    from agentfly_cli.plugin_host.loading import resolve_reward
+    from agentfly_cli.api.components import resolve_reward, score_reward_async
 
     component = resolve_reward(name).with_options(settings)
     try:
@@ -95,10 +93,8 @@ def call_reward(
             f"reward '{component.name}' needs dataset field(s) {', '.join(missing)}; pass them "
             f"with --fields '{{\"{missing[0]}\": ...}}'"
         )
-    try:
-        result = asyncio.run(component.score(prediction, None, row))
-    except RewardError as exc:  # on_error="raise": still a failed score, not a crash
-        result = RewardResult(0.0, {}, component.name, failed=True, error=str(exc))
+    # on_error="raise": still a failed score, not a crash
+    result = asyncio.run(score_reward_async(component, prediction, row))
     if as_json:
         print_json(result.to_dict())
     else:

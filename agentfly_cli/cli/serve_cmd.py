@@ -7,9 +7,10 @@ from pathlib import Path
 
 import typer
 
+from agentfly_cli.api import serving
+from agentfly_cli.api.errors import UserError
+from agentfly_cli.api.serving import ServeLimits
 from agentfly_cli.cli.output import handle_errors, stderr_console
-from agentfly_cli.errors import UserError
-from agentfly_cli.serve.limits import ServeLimits
 
 DEFAULTS = ServeLimits()
 MODEL = typer.Option(..., "--model", help="A transformers folder or an alias (tiny, smollm2).")
@@ -76,11 +77,6 @@ def serve(
     is recorded token-exactly. POST /sessions/EPISODE/end with {"reward": R} ends the episode
     and returns its trajectories (and appends them to --record).
     """
-    from agentfly_cli.serve import build_gateway
-    from agentfly_cli.serve.app import build_app
-    from agentfly_cli.serve.auth import Access, loopback_bind
-    from agentfly_cli.serve.server import uvicorn_server
-
     if not 0 <= port <= 65535:
         raise UserError(f"--port must be from 0 to 65535, not {port}")
     if max_tokens < 1:
@@ -91,7 +87,7 @@ def serve(
     if record is not None:
         _check_record(record)
     sock = _listening_socket(host, port)  # before the model loads: a taken port fails at once
-    loopback = loopback_bind(host)
+    loopback = serving.loopback_bind(host)
     if not loopback and key is None:
         sock.close()
         raise UserError(
@@ -103,12 +99,10 @@ def serve(
     def open_record() -> None:  # every flag is good: only now is the record file touched
         nonlocal writer
         if record is not None:
-            from agentfly_cli.trajectory import TrajectoryWriter
-
-            writer = _open(TrajectoryWriter, record)
+            writer = _open(record)
 
     try:
-        gateway = build_gateway(model, backend=backend, parser=parser, template=template,
+        gateway = serving.build_gateway(model, backend=backend, parser=parser, template=template,
                                 max_tokens=max_tokens, limits=limits,
                                 before_load=open_record)  # fmt: skip
     except BaseException:
@@ -124,8 +118,10 @@ def serve(
 
     # Host names are checked where no key is: a key already keeps rebinding pages out (and a
     # reverse proxy in front of a loopback bind sends its own Host).
-    access = Access(api_key=key, loopback_only=loopback and key is None)
-    server = uvicorn_server(build_app(gateway, on_episode, access), host, port)
+    app = serving.gateway_app(
+        gateway, on_episode, api_key=key, loopback_only=loopback and key is None
+    )
+    server = serving.uvicorn_server(app, host, port)
     bound = sock.getsockname()[1]
     console = stderr_console()
     console.print(
@@ -159,17 +155,14 @@ def _limits(body: int, stops: int, stop_chars: int, cache: int, sessions: int,
 
 def _api_key(flag: str | None) -> str | None:
     """The API key from ``--api-key``, else ``AGENTFLY_SERVE_API_KEY``; checked."""
-    from agentfly_cli.serve.auth import check_key
-    from agentfly_cli.settings.variables import serve_api_key
-
     source, key = "--api-key", flag
     if key is None:
-        source, key = "AGENTFLY_SERVE_API_KEY", serve_api_key()
+        source, key = "AGENTFLY_SERVE_API_KEY", serving.serve_api_key()
         if key is not None and not key.strip():
             return None  # set but empty: as unset
     if key is None:
         return None
-    problem = check_key(key)
+    problem = serving.api_key_problem(key)
     if problem is not None:
         raise UserError(
             f"{source} {problem}; pass a key such as the output of "
@@ -193,10 +186,10 @@ def _check_record(record: Path) -> None:
         raise UserError(f"--record {record} cannot be created ({parent} is not writable)")
 
 
-def _open(writer_class, record: Path):
+def _open(record: Path):
     """The record file opened for appending (what it holds already is kept)."""
     try:
-        return writer_class(record, append=True)
+        return serving.trajectory_writer(record)
     except OSError as exc:
         raise UserError(f"--record {record} cannot be opened ({exc.strerror or exc})") from None
 
@@ -205,10 +198,8 @@ def _listening_socket(host: str, port: int):
     """The server's socket, bound before the model loads; one line when it cannot be."""
     import socket
 
-    from agentfly_cli.serve.server import listening_socket
-
     try:
-        return listening_socket(host, port)
+        return serving.listening_socket(host, port)
     except socket.gaierror as exc:
         raise UserError(f"--host {host}: {exc}; pass an address of this machine") from None
     except OSError as exc:

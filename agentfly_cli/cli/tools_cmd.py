@@ -10,6 +10,7 @@ import typer
 from rich.json import JSON
 from rich.markup import escape
 
+from agentfly_cli.api.errors import UserError, printable
 from agentfly_cli.cli.common import conflict_of, host_with_warnings, provenance_fields
 from agentfly_cli.cli.output import (
     EXIT_FAILURE,
@@ -23,11 +24,9 @@ from agentfly_cli.cli.output import (
     summary,
     table,
 )
-from agentfly_cli.errors import UserError
-from agentfly_cli.files.safe_text import printable
 
 if TYPE_CHECKING:  # the tool machinery loads when a command runs, not for `agentfly --help`
-    from agentfly_cli.components.tools import Tool, ToolResult
+    from agentfly_cli.api.components import Tool
 
 app = typer.Typer(help="List, inspect and call tools.", no_args_is_help=True)
 
@@ -85,13 +84,11 @@ def show_tool(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Show a tool's OpenAI function-calling schema (every tool of an MCP server)."""
-    from agentfly_cli.plugin_host.loading import resolve_tools
+    from agentfly_cli.api.components import is_mcp_server, resolve_tools
 
     components = resolve_tools(name)
     if as_json:
-        from agentfly_cli.components.mcp_tools import is_mcp_spec, parse_target
-
-        server = is_mcp_spec(name) and parse_target(name).select is None  # a list, always
+        server = is_mcp_server(name)  # a list, always
         print_json([c.schema for c in components] if server else components[0].schema)
         return
     console = stdout_console()
@@ -128,9 +125,8 @@ def call_tool(
     """
     import asyncio
 
-    from agentfly_cli.components.tools import ToolErrorKind
-    from agentfly_cli.plugin_host.loading import resolve_tool
-    from agentfly_cli.pool_server.control import parse_options
+    from agentfly_cli.api.components import call_tool_async, is_bad_input, resolve_tool
+    from agentfly_cli.api.envs import parse_options
 
     component = resolve_tool(name)
     arguments = _json_object(args, "--args")
@@ -140,7 +136,8 @@ def call_tool(
         raise UserError(f"--option is for env tools; '{component.name}' uses no env")
     if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
         raise UserError(f"--timeout must be a positive number of seconds, e.g. 5 (got {timeout})")
-    result = asyncio.run(_call(component, arguments, task_row, timeout, options))
+    run = call_tool_async(component, arguments, task=task_row, timeout=timeout, options=options)
+    result = asyncio.run(run)
     if as_json:
         print_json(result.to_dict())
     else:
@@ -154,11 +151,7 @@ def call_tool(
         )
         print_text(result.observation)
     if not result.ok:
-        user_input = result.error_kind in (
-            ToolErrorKind.INVALID_ARGUMENTS,
-            ToolErrorKind.INVALID_JSON,
-        )
-        raise typer.Exit(EXIT_USAGE if user_input else EXIT_FAILURE)
+        raise typer.Exit(EXIT_USAGE if is_bad_input(result) else EXIT_FAILURE)
 
 
 def _json_object(text: str, option: str) -> dict[str, Any]:
@@ -169,27 +162,3 @@ def _json_object(text: str, option: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise UserError(f"{option} must be a JSON object like '{{\"x\": 1}}'")
     return value
-
-
-async def _call(
-    component: Tool,
-    arguments: dict[str, Any],
-    task: dict[str, Any],
-    timeout: float | None,
-    options: dict[str, Any],
-) -> ToolResult:
-    override: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
-    if component.env is None:
-        return await component.invoke(arguments, **override)
-    import functools
-
-    from agentfly_cli.envs.base import standalone_env
-    from agentfly_cli.envs.manager import check_options
-    from agentfly_cli.plugin_host.plugins import get_plugin_host
-
-    spec = component.env_spec or get_plugin_host().components.envs.get(component.env)
-    if options:
-        check_options(spec, options)
-        spec = spec.model_copy(update={"factory": functools.partial(spec.factory, **options)})
-    async with standalone_env(spec, task) as env:
-        return await component.invoke(arguments, env=env, **override)

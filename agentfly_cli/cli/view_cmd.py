@@ -11,9 +11,8 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
+from agentfly_cli.api.errors import UserError, printable
 from agentfly_cli.cli.output import handle_errors, stderr_console, stdout_console, table
-from agentfly_cli.errors import UserError
-from agentfly_cli.files.safe_text import printable
 
 
 @handle_errors
@@ -26,17 +25,17 @@ def view(
     ),
 ) -> None:
     """Show one trajectory: trained tokens highlighted, masked tokens dim."""
-    from agentfly_cli.rollout.render import (
+    from agentfly_cli.api.trajectories import (
+        check_page_target,
         html_page,
         load_tokenizer_for,
         read_trajectory_at,
         rich_text,
+        write_page,
     )
 
     if html is not None:
-        from agentfly_cli.files.output_paths import check_file_target
-
-        check_file_target(html, "--html", "page.html")  # before anything is read
+        check_page_target(html, "--html")  # before anything is read
     trajectory, count = read_trajectory_at(path, index)
     if count == 0:
         raise UserError(f"{path} holds no trajectories")
@@ -51,7 +50,7 @@ def view(
     pieces = _pieces(trajectory, tok)
     title = f"{path.name} #{index}"
     if html is not None:
-        _write_page(html, html_page(trajectory, pieces, title))
+        write_page(html, html_page(trajectory, pieces, title))
         stderr_console().print(f"wrote {html}", markup=False, highlight=False)
         return
     console = stdout_console()
@@ -86,7 +85,7 @@ def view(
 def _pieces(trajectory, tok):
     """The trajectory's tokens as text, or None without a tokenizer; ids the tokenizer does not
     have are a one-line error."""
-    from agentfly_cli.rollout.render import token_pieces
+    from agentfly_cli.api.trajectories import token_pieces
 
     if tok is None:
         return None
@@ -97,13 +96,6 @@ def _pieces(trajectory, tok):
             f"the tokenizer cannot decode this trajectory's ids ({type(exc).__name__}: {exc}); "
             "pass --tokenizer with the model folder the trajectory was made with"
         ) from None
-
-
-def _write_page(html: Path, page: str) -> None:
-    """Write the page all or nothing (a temporary file renamed over ``html``): never half."""
-    from agentfly_cli.files.output_paths import write_all, write_whole
-
-    write_whole(html, lambda out: write_all(out.fileno(), page.encode("utf-8")))
 
 
 def facts_of(trajectory) -> list[tuple[str, object]]:
