@@ -375,10 +375,11 @@ def test_progress_inside_a_step_counts_chains_tokens_and_micro_batches(recipe, t
         assert tokens > 0
 
 
-def test_the_update_runs_without_the_rollouts_stored_kv(recipe, tmp_path):
+def test_the_update_runs_without_the_rollouts_stored_kv(recipe, tmp_path, monkeypatch):
     """The hf backend keeps each finished request's KV for the chain's next turn; with one
     model for both, it goes before the update (it held up to 1.5 GB of SmolLM2 KV there) and
     after a held-out eval (no training chain extends an eval chain)."""
+    from agentfly_cli.train.steps.sync import SyncSteps
 
     class Probe(Trainer):
         at_update = []
@@ -388,10 +389,14 @@ def test_the_update_runs_without_the_rollouts_stored_kv(recipe, tmp_path):
             self.at_update.append(self.engine.backend._batch.prefix.stored_tokens)
             return super()._prepare(trajectories, metrics)
 
-        async def _rollout(self, step, picked):
-            self.at_rollout.append(self.engine.backend._batch.prefix.stored_tokens)
-            return await super()._rollout(step, picked)
+    rollout = SyncSteps.rollout
 
+    async def probed_rollout(steps, step, picked):
+        trainer = steps.trainer
+        trainer.at_rollout.append(trainer.engine.backend._batch.prefix.stored_tokens)
+        return await rollout(steps, step, picked)
+
+    monkeypatch.setattr(SyncSteps, "rollout", probed_rollout)
     config = make_config(
         recipe, "trainer.steps=1", "trainer.eval.every=1", "trainer.eval.holdout=0.25"
     )

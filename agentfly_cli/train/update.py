@@ -102,6 +102,25 @@ class PolicyUpdate:
             has_value_head=self.value_head is not None,
         )
 
+    # ---- checkpoint state --------------------------------------------------------------------
+    def extra_state(self) -> dict[str, Any]:
+        """What a checkpoint keeps of this update beside the policy: the value head and its
+        optimizer (keys ``value_head`` and ``value_optimizer``), where there is one."""
+        if self.value_head is None:
+            return {}
+        return {
+            "value_head": self.value_head.state_dict(),
+            "value_optimizer": self.value_optimizer.state_dict(),
+        }
+
+    def load_extra_state(self, extra: dict[str, Any]) -> None:
+        """Restore what :meth:`extra_state` kept; a checkpoint without a value head (or a run
+        without one) leaves the head as it is."""
+        if self.value_head is not None and "value_head" in extra:
+            self.value_head.load_state_dict(extra["value_head"])
+            self.value_optimizer.load_state_dict(extra["value_optimizer"])
+
+    # ---- the batch -------------------------------------------------------------------------
     def prepare(self, trajectories: list[Trajectory], metrics: dict[str, float]):
         """The step's batch with its old/reference logprobs and advantages (None: nothing to
         train on; with several ranks, this rank still joins the others' passes)."""
