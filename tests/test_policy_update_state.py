@@ -35,8 +35,8 @@ def policy_update(*, values: bool) -> PolicyUpdate:
 
 def trained_a_little(update: PolicyUpdate) -> None:
     hidden = torch.randn(2, 3, HIDDEN)
-    (update.value_head(hidden) - 1).pow(2).sum().backward()  # the zero-initialised head moves
-    update.value_head.step(update.value_optimizer, 1.0, None)
+    (update.critic(hidden) - 1).pow(2).sum().backward()  # the zero-initialised head moves
+    update.critic.step(1.0, None)
 
 
 def through_a_file(state: dict) -> dict:
@@ -50,33 +50,33 @@ def test_the_value_head_and_its_optimizer_round_trip_under_the_old_keys():
     torch.manual_seed(0)
     saved = policy_update(values=True)
     trained_a_little(saved)
-    assert saved.value_head.proj.weight.abs().sum() > 0
+    assert saved.critic.head.proj.weight.abs().sum() > 0
     extra = saved.extra_state()
     assert sorted(extra) == ["value_head", "value_optimizer"]
     extra = through_a_file(extra)  # as trainer_state.pt does: no tensor shared with `saved`
 
     resumed = policy_update(values=True)
     resumed.load_extra_state(extra)
-    for name, tensor in saved.value_head.state_dict().items():
-        assert torch.equal(tensor, resumed.value_head.state_dict()[name]), name
-    assert resumed.value_optimizer.state_dict()["state"], "the optimizer's moments came back"
+    for name, tensor in saved.critic.head.state_dict().items():
+        assert torch.equal(tensor, resumed.critic.head.state_dict()[name]), name
+    assert resumed.critic.optimizer.state_dict()["state"], "the optimizer's moments came back"
     # both go on identically from there
     torch.manual_seed(1)
     trained_a_little(saved)
     torch.manual_seed(1)
     trained_a_little(resumed)
-    assert torch.equal(saved.value_head.proj.weight, resumed.value_head.proj.weight)
+    assert torch.equal(saved.critic.head.proj.weight, resumed.critic.head.proj.weight)
 
 
 def test_an_update_without_a_value_head_keeps_nothing_and_ignores_old_keys():
     plain = policy_update(values=False)
     assert plain.extra_state() == {}
     plain.load_extra_state(policy_update(values=True).extra_state())  # no head to load into
-    assert plain.value_head is None
+    assert plain.critic is None
 
 
 def test_a_checkpoint_without_a_value_head_leaves_the_new_head_as_it_is():
     update = policy_update(values=True)
-    before = {k: v.clone() for k, v in update.value_head.state_dict().items()}
+    before = {k: v.clone() for k, v in update.critic.head.state_dict().items()}
     update.load_extra_state({"task_stream": {}})
-    assert all(torch.equal(before[k], v) for k, v in update.value_head.state_dict().items())
+    assert all(torch.equal(before[k], v) for k, v in update.critic.head.state_dict().items())
