@@ -367,6 +367,7 @@ def vllm_training_config(tiny_model, tmp_path, *overrides):
 @pytest.mark.skipif(NO_VLLM, reason=SKIP_REASON)
 def test_training_with_vllm_rollouts_pushes_the_new_weights(tiny_model, tmp_path, prompts):
     """`agentfly train --backend vllm`: after a step, vLLM samples from the trained policy."""
+    from agentfly_cli.train.steps.sync import SyncSteps
     from agentfly_cli.train.trainer import Trainer
 
     config = vllm_training_config(tiny_model, tmp_path)
@@ -376,7 +377,7 @@ def test_training_with_vllm_rollouts_pushes_the_new_weights(tiny_model, tmp_path
         trainer._setup()
         try:
             async with trainer.engine.backend as backend:
-                metrics = await trainer._step(0)
+                metrics = await SyncSteps(trainer).step(0)
                 params = SamplingParams(max_tokens=8, temperature=1.0, seed=1)
                 generation = await backend.generate(prompts[1], params)
                 trained = trainer.train.unwrapped().eval()

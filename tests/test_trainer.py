@@ -106,6 +106,33 @@ def test_resume_continues_exactly(recipe, tmp_path):
     assert steps == [1, 2, 3, 4]
 
 
+def test_resume_with_a_value_head_continues_exactly(recipe, tmp_path):
+    """GAE: the checkpoint keeps the value head and its optimizer (``value_head``,
+    ``value_optimizer``); without them the resumed advantages, and so the weights, differ."""
+    gae = ("trainer.steps=3", "trainer.algorithm.advantage=gae", *ON_CPU)
+    straight = tmp_path / "straight"
+    Trainer(make_config(recipe, *gae), run_dir=straight, console=False).fit()
+
+    split = tmp_path / "split"
+    first = make_config(recipe, *gae, "trainer.save_every=2")
+    Trainer(first, run_dir=split, console=False).fit(stop_after=2)
+    extra = torch.load(CheckpointManager(split).path(2) / "trainer_state.pt", weights_only=False)[
+        "extra"
+    ]
+    assert {"value_head", "value_optimizer"} <= extra.keys()
+    Trainer(first, run_dir=split, resume=True, console=False).fit()
+
+    a, b = weights(straight, 3), weights(split, 3)
+    differing = [name for name in a if not torch.equal(a[name], b[name])]
+    assert not differing, f"resumed weights differ: {differing[:3]}"
+    heads = [
+        torch.load(CheckpointManager(run).path(3) / "trainer_state.pt", weights_only=False)
+        for run in (straight, split)
+    ]
+    for name, tensor in heads[0]["extra"]["value_head"].items():
+        assert torch.equal(tensor, heads[1]["extra"]["value_head"][name]), name
+
+
 def test_export_writes_a_loadable_model(recipe, tmp_path):
     run_dir = tmp_path / "run"
     Trainer(make_config(recipe, "trainer.steps=1"), run_dir=run_dir, console=False).fit()
@@ -375,10 +402,11 @@ def test_progress_inside_a_step_counts_chains_tokens_and_micro_batches(recipe, t
         assert tokens > 0
 
 
-def test_the_update_runs_without_the_rollouts_stored_kv(recipe, tmp_path):
+def test_the_update_runs_without_the_rollouts_stored_kv(recipe, tmp_path, monkeypatch):
     """The hf backend keeps each finished request's KV for the chain's next turn; with one
     model for both, it goes before the update (it held up to 1.5 GB of SmolLM2 KV there) and
     after a held-out eval (no training chain extends an eval chain)."""
+    from agentfly_cli.train.steps.sync import SyncSteps
 
     class Probe(Trainer):
         at_update = []
@@ -388,10 +416,14 @@ def test_the_update_runs_without_the_rollouts_stored_kv(recipe, tmp_path):
             self.at_update.append(self.engine.backend._batch.prefix.stored_tokens)
             return super()._prepare(trajectories, metrics)
 
-        async def _rollout(self, step, picked):
-            self.at_rollout.append(self.engine.backend._batch.prefix.stored_tokens)
-            return await super()._rollout(step, picked)
+    rollout = SyncSteps.rollout
 
+    async def probed_rollout(steps, step, picked):
+        trainer = steps.trainer
+        trainer.at_rollout.append(trainer.engine.backend._batch.prefix.stored_tokens)
+        return await rollout(steps, step, picked)
+
+    monkeypatch.setattr(SyncSteps, "rollout", probed_rollout)
     config = make_config(
         recipe, "trainer.steps=1", "trainer.eval.every=1", "trainer.eval.holdout=0.25"
     )

@@ -9,6 +9,7 @@ through ``Backend.update_weights``.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,8 @@ from agentfly_cli.train.run_checks import (
     check_world_size,
 )
 from agentfly_cli.train.steps.async_rollouts import skipped_groups_note
+from agentfly_cli.train.steps.source import StepSource
+from agentfly_cli.train.steps.step_io import StepResult, StepRollouts
 from agentfly_cli.train.tasks.plan import TaskPlan
 from agentfly_cli.train.telemetry.signal_watch import FlatRewardWatch
 from agentfly_cli.train.telemetry.step_progress import StepProgress
@@ -43,6 +46,11 @@ from agentfly_cli.trajectory import Trajectory
 
 if TYPE_CHECKING:
     from agentfly_cli.rollout.engine_protocol import Engine
+
+
+async def _call(fn, *args):
+    """``fn(*args)`` in the event loop's own thread (``asyncio.to_thread``'s signature)."""
+    return fn(*args)
 
 
 @dataclass
@@ -194,7 +202,7 @@ class Trainer:
             else contextlib.nullcontext()
         )
         done = self.start_step  # steps finished before this run (those of the checkpoint)
-        self.async_steps = None
+        self.step_source = None
         try:
             async with self.engine.backend, self.engine.envs:
                 if self.start_step:  # resumed weights reach the rollout backend
@@ -210,29 +218,32 @@ class Trainer:
                         end = min(end, done + stop_after)
                     if done == 0 and self.tasks.held_out.due(0):
                         evals.append(await self._evaluate(0, telemetry))
-                    if settings.mode == "async":
-                        from agentfly_cli.train.steps.async_steps import AsyncSteps
-
-                        self.async_steps = AsyncSteps(self, self._resumed_pending)
+                    self.step_source = self._step_source()
                     try:
                         for step in range(done + 1, end + 1):
                             history.append(await self._run_step(step, end, telemetry, evals))
                     finally:
-                        if self.async_steps is not None:
-                            await self.async_steps.close()
+                        await self.step_source.close()
         finally:
             self.train.close()
         return TrainResult(self.run_dir, settings.steps, history, self.train.is_main, evals)
 
+    def _step_source(self) -> StepSource:
+        """Where the steps' rollouts come from: rolled out by each step (sync) or taken from a
+        producer that rolled them out earlier (async); both train through :meth:`train_on`."""
+        if self.settings.mode == "async":
+            from agentfly_cli.train.steps.async_steps import AsyncSteps
+
+            return AsyncSteps(self, self._resumed_pending)
+        from agentfly_cli.train.steps.sync import SyncSteps
+
+        return SyncSteps(self)
+
     async def _run_step(self, step: int, end: int, telemetry, evals: list) -> dict[str, float]:
-        """One step, its logging, curriculum record, held-out eval and checkpoint; then, in
-        async mode, the producer learns the new version (after the eval: with max_staleness 0
-        no rollout runs beside it, as in the sync loop)."""
+        """One step, its logging, curriculum record, held-out eval and checkpoint; then the
+        step source learns that the step is over (async: the producer's new version)."""
         main, settings = self.train.is_main, self.settings
-        if self.async_steps is None:
-            metrics = await self._step(step)
-        else:
-            metrics = await self.async_steps.step(step)
+        metrics = await self.step_source.step(step)
         if main:
             telemetry.log(step, metrics)
             self.signal_watch.check(metrics, telemetry.warn)
@@ -243,8 +254,7 @@ class Trainer:
             evals.append(await self._evaluate(step, telemetry))
         if step == end or (settings.save_every and step % settings.save_every == 0):
             self._save(step)  # after the eval: a resumed run repeats neither
-        if self.async_steps is not None:
-            self.async_steps.producer.set_version(step)
+        self.step_source.stepped(step)
         return metrics
 
     async def _evaluate(self, steps_done: int, telemetry) -> dict[str, float]:
@@ -261,28 +271,26 @@ class Trainer:
             telemetry.log_eval(steps_done, metrics)
         return {"updates": float(steps_done), **metrics}
 
-    async def _step(self, step: int) -> dict[str, float]:
-        from agentfly_cli.train.telemetry.metrics import (
-            StepTimer,
-            rollout_metrics,
-        )
-
-        timer = StepTimer()
-        mine = self.tasks.take(self.train.rank, self.train.world_size)
-        with timer.section("rollout"):
-            trajectories = await self._rollout(step, mine)  # this rank's contiguous share
-        metrics = rollout_metrics(trajectories)
+    async def train_on(self, rollouts: StepRollouts) -> StepResult:
+        """Train on one step's rollouts, from either source of steps (:mod:`.steps`): write
+        the trajectories, prepare the batch, run the optimizer steps, push the new weights and
+        return the step's metrics (every rank's, combined)."""
+        step, trajectories = rollouts.step, rollouts.trajectories
+        metrics, timer = rollouts.metrics, rollouts.timer
+        run = asyncio.to_thread if rollouts.update_in_thread else _call
         if self.settings.save_trajectories:
             self._write_trajectories(f"step-{step:06d}", trajectories)
         check_some_chain_ran(trajectories, f"training step {step}", total=distributed.all_sum)
         with timer.section("train"):
             await self._release_rollout_memory()
-            batch = self._prepare(trajectories, metrics)
+            batch = await run(self._prepare, trajectories, metrics)
             if batch is not None or distributed.active():
-                metrics.update(self._optimize(step, batch))
+                metrics.update(await run(self._optimize, step, batch))
         with timer.section("sync"):
             await self._sync_weights(step)
-        return self._step_metrics(metrics, timer, trajectories)
+        if rollouts.late_metrics is not None:
+            metrics.update(rollouts.late_metrics())
+        return StepResult(step, self._step_metrics(metrics, timer, trajectories), batch is not None)
 
     def _step_metrics(self, metrics: dict[str, float], timer, trajectories) -> dict[str, float]:
         from agentfly_cli.train.telemetry.metrics import gpu_memory_metrics, total_tokens
@@ -292,29 +300,6 @@ class Trainer:
         metrics.update(self.tasks.metrics())  # data/position (and curriculum/level)
         metrics.update(self.engine.envs.metrics())  # env pool gauges and counters
         return distributed.combine_metrics(metrics)
-
-    async def _rollout(self, step: int, picked) -> list[Trajectory]:
-        tasks = [task for _, task in picked]
-        self.train.model.eval()
-        offset = picked[0][0] if picked else 0
-        engine, progress = self.engine, self.progress
-        base = engine.sampled_tokens
-        progress.begin(
-            "rollout",
-            step=step,
-            total=len(tasks) * engine.settings.n,
-            unit="chains",
-            live_tokens=lambda: engine.sampled_tokens - base,
-        )
-        try:
-            return await engine.run(
-                tasks,
-                batch_id=f"s{step}",
-                task_offset=offset,
-                on_finish=lambda _: progress.advance(),
-            )
-        finally:
-            progress.end()
 
     async def _release_rollout_memory(self) -> None:
         """With one model for rollouts and training, the hf backend's stored KV (up to
@@ -336,7 +321,7 @@ class Trainer:
         path = step_trajectory_file(self.run_dir, stem, train.rank, train.world_size)
         write_trajectories(path, trajectories)
 
-    # ---- the update (agentfly_cli.train.update) --------------------------------------------
+    # ---- the update (agentfly_cli.train.update); hooks that tests override -----------------
     def _prepare(self, trajectories: list[Trajectory], metrics: dict[str, float]):
         """The step's trajectories as tensors, with old/reference logprobs and advantages."""
         return self.update.prepare(trajectories, metrics)
@@ -353,12 +338,8 @@ class Trainer:
 
     def _save(self, step: int) -> None:
         # async: the groups started and not trained on, for a resumed run to roll out again
-        async_state = {} if self.async_steps is None else self.async_steps.checkpoint_state()
-        extra = {}
-        update = self.update
-        if update.value_head is not None:
-            extra["value_head"] = update.value_head.state_dict()
-            extra["value_optimizer"] = update.value_optimizer.state_dict()
+        async_state = self.step_source.checkpoint_state()
+        extra = self.update.extra_state()  # a value head and its optimizer, where there is one
         self.checkpoints.save(
             step,
             backend=self.train,
@@ -380,8 +361,5 @@ class Trainer:
         # async: the groups started and not trained on are rolled out again (with the resumed
         # weights); a sync run skips them, with a warning
         self._resumed_pending = list(extra.get("async_pending", []))
-        update = self.update
-        if update.value_head is not None and "value_head" in extra:
-            update.value_head.load_state_dict(extra["value_head"])
-            update.value_optimizer.load_state_dict(extra["value_optimizer"])
+        self.update.load_extra_state(extra)
         return int(state["step"])

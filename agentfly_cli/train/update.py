@@ -17,7 +17,7 @@ import torch
 from agentfly_cli.runtime.malloc import trim_heap
 from agentfly_cli.settings.run import RunSettings
 from agentfly_cli.train.algorithms import interfaces as alg
-from agentfly_cli.train.algorithms.value_head import ValueHead
+from agentfly_cli.train.algorithms.value_head import Critic
 from agentfly_cli.train.algorithms.zero_advantage import (
     rows_with_gradient,
     zero_advantage_rows_are_inert,
@@ -59,6 +59,32 @@ class Tally:
         return out
 
 
+def fill_advantages(
+    batch: StepBatch, metrics: dict[str, float], advantage_fn: Any, algo: Any, reference: bool
+) -> None:
+    """``batch``'s advantages and returns by ``advantage_fn`` (with the KL per token in the
+    rewards where ``algo`` puts it there and a ``reference`` model ran); its metrics."""
+    token_rewards = None
+    if reference and algo.kl_in_reward:
+        from agentfly_cli.train.algorithms import losses
+
+        token_rewards = losses.kl_token_rewards(
+            batch.old_logprobs, batch.ref_logprobs, batch.mask, algo
+        )
+    data = alg.AdvantageInput(
+        rewards=batch.rewards,
+        mask=batch.mask,
+        group_ids=[r.group for r in batch.rows],
+        values=batch.old_values,
+        token_rewards=token_rewards,
+        turns=batch.turns,
+    )
+    out = advantage_fn(data, algo)
+    batch.advantages = out.advantages * batch.mask
+    batch.returns = out.returns
+    metrics.update(out.metrics)
+
+
 class PolicyUpdate:
     """Old/reference logprobs, advantages and the optimizer steps of one training step."""
 
@@ -88,19 +114,26 @@ class PolicyUpdate:
         self.progress = progress or StepProgress()
         self.advantage_fn = advantage_fn  # looked up once, by the trainer
         self.policy_loss_fn = policy_loss_fn
-        self.value_head = None
-        self.value_optimizer = None
+        self.critic = None  # GAE: a value head and its optimizer
         if self.advantage_fn.needs_values:
             hidden = train.unwrapped().config.hidden_size
-            self.value_head = ValueHead(hidden).to(train.device)
-            self.value_optimizer = torch.optim.AdamW(
-                self.value_head.parameters(), lr=config.trainer.backend.lr * 10
-            )
+            self.critic = Critic(hidden, train.device, lr=config.trainer.backend.lr * 10)
         self.skips_zero_advantage = zero_advantage_rows_are_inert(
             self.settings,
             has_reference=reference is not None,
-            has_value_head=self.value_head is not None,
+            has_value_head=self.critic is not None,
         )
+
+    def extra_state(self) -> dict[str, Any]:
+        """What a checkpoint keeps of this update beside the policy: the critic's value head
+        and optimizer (keys ``value_head`` and ``value_optimizer``), where there is one."""
+        return {} if self.critic is None else self.critic.state_dict()
+
+    def load_extra_state(self, extra: dict[str, Any]) -> None:
+        """Restore what :meth:`extra_state` kept; without a value head in ``extra`` (or in
+        this run) nothing changes."""
+        if self.critic is not None and "value_head" in extra:
+            self.critic.load_state_dict(extra)
 
     def prepare(self, trajectories: list[Trajectory], metrics: dict[str, float]):
         """The step's batch with its old/reference logprobs and advantages (None: nothing to
@@ -112,7 +145,7 @@ class PolicyUpdate:
             return None
         batch = StepBatch.of(usable)
         self._reference_pass(batch)
-        self._advantages(batch, metrics)
+        fill_advantages(batch, metrics, self.advantage_fn, self.algo, self.reference is not None)
         return batch
 
     def _needs_old_pass(self) -> bool:
@@ -159,11 +192,11 @@ class PolicyUpdate:
         """A zero-weight pass over one token: keeps this rank in step with busier ranks."""
         token = torch.tensor([[self.eot_token_id]], device=self.train.device)
         one = SequenceBatch.unshared(token, torch.ones_like(token), token, token > -1)
-        stats = self._policy_logprobs(one, return_hidden=self.value_head is not None)
+        stats = self._policy_logprobs(one, return_hidden=self.critic is not None)
         if backward:
             loss = stats.logprobs.sum() * 0.0
-            if self.value_head is not None:
-                loss = loss + self.value_head(stats.hidden).sum() * 0.0
+            if self.critic is not None:
+                loss = loss + self.critic(stats.hidden).sum() * 0.0
             self.train.backward(loss)
 
     @torch.no_grad()
@@ -197,10 +230,10 @@ class PolicyUpdate:
             sub = [batch.rows[i] for i in plan.rows]
             index = torch.tensor(plan.rows)
             if need_old:
-                stats = self._policy_logprobs(plan.batch, return_hidden=self.value_head is not None)
+                stats = self._policy_logprobs(plan.batch, return_hidden=self.critic is not None)
                 old[index] = scatter_rows(stats.logprobs.cpu(), sub, width)
-                if self.value_head is not None:
-                    v = self.value_head(stats.hidden).cpu()
+                if self.critic is not None:
+                    v = self.critic(stats.hidden).cpu()
                     values[index] = scatter_rows(v, sub, width)
             if self.reference is not None:
                 stats = sequence_logprobs(
@@ -211,31 +244,10 @@ class PolicyUpdate:
         progress.end()
         if need_old:
             batch.old_logprobs = old
-        if self.value_head is not None:
+        if self.critic is not None:
             batch.old_values = values
         if self.reference is not None:
             batch.ref_logprobs = ref
-
-    def _advantages(self, batch: StepBatch, metrics: dict[str, float]) -> None:
-        token_rewards = None
-        if self.reference is not None and self.algo.kl_in_reward:
-            from agentfly_cli.train.algorithms import losses
-
-            token_rewards = losses.kl_token_rewards(
-                batch.old_logprobs, batch.ref_logprobs, batch.mask, self.algo
-            )
-        data = alg.AdvantageInput(
-            rewards=batch.rewards,
-            mask=batch.mask,
-            group_ids=[r.group for r in batch.rows],
-            values=batch.old_values,
-            token_rewards=token_rewards,
-            turns=batch.turns,
-        )
-        out = self.advantage_fn(data, self.algo)
-        batch.advantages = out.advantages * batch.mask
-        batch.returns = out.returns
-        metrics.update(out.metrics)
 
     # ---- the update --------------------------------------------------------------------------
     def optimize(self, step: int, batch: StepBatch | None) -> dict[str, float]:
@@ -290,9 +302,8 @@ class PolicyUpdate:
                 progress.advance(tokens=real)
             grad_norm = self.train.step()
             tally.add("grad_norm", grad_norm)
-            if self.value_head is not None:
-                max_norm = settings.backend.max_grad_norm
-                self.value_head.step(self.value_optimizer, grad_norm, max_norm)
+            if self.critic is not None:
+                self.critic.step(grad_norm, settings.backend.max_grad_norm)
             optimizer_steps += 1
         progress.end()
         out = tally.means(
@@ -318,7 +329,7 @@ class PolicyUpdate:
         index = torch.tensor(plan.rows)
         sub = [batch.rows[i] for i in plan.rows]
         stats = self._policy_logprobs(
-            plan.batch, entropy=True, return_hidden=self.value_head is not None
+            plan.batch, entropy=True, return_hidden=self.critic is not None
         )
         device = stats.logprobs.device
 
@@ -369,8 +380,8 @@ class PolicyUpdate:
             tally.add("kl", float((kl.detach() * mask).sum()) / max(n_tok, 1), n_tok)
             if not algo.kl_in_reward:
                 total = total + algo.kl_coef * aggregate(kl)
-        if self.value_head is not None:
-            values = scatter_rows(self.value_head(stats.hidden), sub, width)
+        if self.critic is not None:
+            values = scatter_rows(self.critic(stats.hidden), sub, width)
             value_loss = aggregate(
                 losses.value_loss(
                     values,

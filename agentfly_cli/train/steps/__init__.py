@@ -1,3 +1,4 @@
-"""Sources of training steps: the asynchronous producer of rollouts and its steps (the synchronous
-loop is the trainer's).
+"""Sources of training steps: the synchronous loop (:mod:`.sync`: each step rolls out its own
+tasks) and the asynchronous one (:mod:`.async_steps`: steps take the groups a producer rolled out
+earlier). Both hand a step's rollouts (:class:`.step_io.StepRollouts`) to ``Trainer.train_on``.
 """

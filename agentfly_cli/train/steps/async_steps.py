@@ -1,10 +1,11 @@
 """The steps of ``trainer.mode: async``: the trainer's side of :mod:`.async_rollouts`.
 
-Each step takes the producer's finished task groups within the staleness bound, runs the
-update in a worker thread (the event loop goes on driving rollouts, tools and envs meanwhile),
-and pushes the new weights with a deadline. The rollout backend then has its own copy of the
-weights (``Trainer`` does not share the model object when ``max_staleness`` > 0), since the
-update would change them under a running forward pass.
+Each step takes the producer's finished task groups within the staleness bound and hands
+them to ``Trainer.train_on``, which runs the update in a worker thread (the event loop goes on
+driving rollouts, tools and envs meanwhile) and pushes the new weights with a deadline. The
+rollout backend then has its own copy of the weights (``Trainer`` does not share the model
+object when ``max_staleness`` > 0), since the update would change them under a running forward
+pass.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from agentfly_cli.rollout.outcome import check_some_chain_ran
 from agentfly_cli.train.steps.async_rollouts import Picked, RolloutProducer
 from agentfly_cli.trajectory import Trajectory
 
@@ -39,6 +39,7 @@ class AsyncSteps:
         trainer.progress.companions.append(self.producer.live_line)
 
     async def step(self, step: int) -> dict[str, float]:
+        from agentfly_cli.train.steps.step_io import StepRollouts
         from agentfly_cli.train.telemetry.metrics import StepTimer, rollout_metrics
 
         trainer, producer = self.trainer, self.producer
@@ -54,18 +55,20 @@ class AsyncSteps:
         trajectories = taken.trajectories
         metrics = rollout_metrics(trajectories)
         metrics.update(taken.metrics())
-        if trainer.settings.save_trajectories:
-            trainer._write_trajectories(f"step-{step:06d}", trajectories)
-        check_some_chain_ran(trajectories, f"training step {step}")
-        with timer.section("train"):
-            await trainer._release_rollout_memory()
-            batch = await asyncio.to_thread(trainer._prepare, trajectories, metrics)
-            if batch is not None:
-                metrics.update(await asyncio.to_thread(trainer._optimize, step, batch))
-        with timer.section("sync"):
-            await trainer._sync_weights(step)
-        metrics.update(producer.metrics())
-        return trainer._step_metrics(metrics, timer, trajectories)
+        rollouts = StepRollouts(
+            step,
+            trajectories,
+            metrics,
+            timer,
+            update_in_thread=True,  # the event loop goes on driving the producer's rollouts
+            late_metrics=producer.metrics,
+        )
+        return (await trainer.train_on(rollouts)).metrics
+
+    def stepped(self, step: int) -> None:
+        """The producer learns the new version (after the step's eval: with max_staleness 0 no
+        rollout runs beside it, as in the sync loop)."""
+        self.producer.set_version(step)
 
     def checkpoint_state(self) -> dict[str, Any]:
         """The tasks of the groups started and not yet trained on (the task stream has moved
