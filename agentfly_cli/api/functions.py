@@ -121,13 +121,19 @@ def run_training(config: Any, **options: Any) -> Any:
 def _trainer(config: Any, *, out=None, resume=False, tools=None, reward=None, console=False) -> Any:
     """The run folder checked, the warm start done (when the recipe has one), the trainer made."""
     from agentfly_cli.files.run_folders import training_folder
-    from agentfly_cli.train.sft.warm_start import warm_started
+    from agentfly_cli.train.plan import plan_run
+    from agentfly_cli.train.tasks.run_tasks import RunTasks
     from agentfly_cli.train.trainer import Trainer
 
     run_dir = training_folder(config, out, resume=resume)
     components = {"tools": tools, "reward": reward}
-    config = warm_started(config, run_dir, console=console, **components)
-    return Trainer(config, run_dir=run_dir, resume=resume, console=console, **components)
+    # the data file is read once: the warm start and RL take their sides of the same rows
+    tasks = RunTasks.load(config.data) if config.trainer.warm_start.enabled else None
+    plan = plan_run(config, run_dir, warm_start=True, tasks=tasks, console=console, **components)
+    return Trainer(
+        config, run_dir=run_dir, resume=resume, console=console, plan=plan, tasks=tasks,
+        **components,
+    )  # fmt: skip
 
 
 def _no_running_loop(name: str) -> None:

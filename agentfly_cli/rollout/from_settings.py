@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -127,17 +127,22 @@ def resolve_run(
     config: RunSettings,
     host: Any = None,
     *,
+    tasks: Sequence[Mapping[str, Any]] | None = None,
     tools: list | None = None,
     reward: Any = None,
+    source: str | None = None,
 ) -> ResolvedRun:
     """Resolve every component ``config`` names, from ``host`` (default: the installed
     plugins); errors are one-line UserErrors. ``tools`` and ``reward`` (objects, e.g. defined
-    in a notebook; ``tools`` may mix them with registered names) replace the config's."""
+    in a notebook; ``tools`` may mix them with registered names) replace the config's.
+    ``tasks``: the run's task rows, in memory, used as given (``data.path`` and the data
+    selection are not read); checked as a file's rows are, with errors naming ``source``
+    (default ``tasks``)."""
     started = time.perf_counter()
     from agentfly_cli.chat.parsers import get_parser
     from agentfly_cli.chat.templates import ChatTemplate
     from agentfly_cli.models import resolve_model
-    from agentfly_cli.rollout.tasks import check_system_prompt, load_tasks
+    from agentfly_cli.rollout.tasks import check_system_prompt
 
     if host is None:
         from agentfly_cli.plugin_host.plugins import get_plugin_host
@@ -146,20 +151,9 @@ def resolve_run(
     check_agent_extra(config)
     if config.out:
         check_output_path(config.out)
-    if not config.data.path:
-        raise UserError("no data: pass --data FILE.jsonl (or set data.path in the config)")
-    data = config.data
-    tasks = load_tasks(
-        data.path,
-        data.limit,
-        data.where,
-        holdout=data.holdout,
-        holdout_seed=data.holdout_seed,
-        side=data.split,
-        shuffle_seed=data.shuffle_seed if data.shuffle else None,
-    )
+    tasks, source = _run_tasks(config, tasks, source)
     if config.agent is None:  # an agent program brings its own prompts
-        check_system_prompt(config.chat.system_prompt, tasks, str(data.path))
+        check_system_prompt(config.chat.system_prompt, tasks, source)
     tools = _tools_for(config.tools if tools is None else list(tools), host)
     reward = _reward_for(config, host) if reward is None else reward
     if reward is not None:
@@ -167,7 +161,7 @@ def resolve_run(
         if missing:
             raise UserError(
                 f"reward needs the data field(s) {', '.join(missing)}, which "
-                f"{config.data.path} lacks; add them to every row or pick another reward"
+                f"{source} lacks; add them to every row or pick another reward"
             )
     env_specs = {}
     for t in tools:  # a tool may bring its own env spec (MCP tools do); else the registry's
@@ -183,7 +177,7 @@ def resolve_run(
     envs = ResourceManager(env_specs, config.envs)  # bad pool sizes or options: before the model
     backend_ref = host.components.backends.get(config.backend.name)
 
-    model = config.backend.model or config.model
+    model = config.model
     if model is None:
         raise UserError(
             "no model: pass --model PATH (a transformers folder) or an alias: tiny, smollm2"
@@ -217,6 +211,24 @@ def resolve_run(
         time.perf_counter() - started,
         agent,
     )
+
+
+def _run_tasks(
+    config: RunSettings, tasks: Sequence[Mapping[str, Any]] | None, source: str | None
+) -> tuple[list[dict[str, Any]], str]:
+    """The run's tasks and the name its errors give them: rows given in memory, checked, or
+    ``data``'s side of ``data.path``."""
+    from agentfly_cli.rollout.tasks import check_tasks, data_side, read_tasks
+
+    if tasks is not None:
+        source = source or "tasks"
+        if not tasks:
+            raise UserError(f"{source}: no task rows given; pass at least one")
+        return check_tasks(tasks, source), source
+    if not config.data.path:
+        raise UserError("no data: pass --data FILE.jsonl (or set data.path in the config)")
+    path = str(config.data.path)
+    return data_side(read_tasks(path), config.data, path), path
 
 
 def assemble(resolved: ResolvedRun, backend: Any) -> RolloutRun:
