@@ -72,13 +72,9 @@ class Trainer:
         plan: RunPlan | None = None,
         tasks: RunTasks | None = None,
     ) -> None:
-        """``config``: the settings the user gave, never changed; ``plan``: what the run
-        derives from them (default: :func:`plan_run`, without a warm start); ``tasks``: the
-        run's data, read already (default: read in :meth:`_setup`)."""
-        self.given = config
-        self.plan = plan or plan_run(config, run_dir)
+        self.plan = plan or plan_run(config, run_dir)  # derived values; ``config`` stays as given
         self.config = self.plan.run_settings(config)  # the settings the run runs with
-        self.run_tasks = tasks
+        self.run_tasks = tasks  # the run's data, read once (None: read in _setup)
         self.host = host  # where components are looked up; None: the installed plugins
         self.components = {"tools": tools, "reward": reward}  # objects instead of names
         self.settings = config.trainer
@@ -116,12 +112,8 @@ class Trainer:
             self.host = get_plugin_host()
         # an unknown train backend fails here, before anything loads
         self.host.components.train_backends.get(backend_settings.name)
-        if self.run_tasks is None:
-            self.run_tasks = RunTasks.load(self.config.data)
-        data = self.run_tasks
-        resolved = resolve_run(
-            self.config, self.host, tasks=data.train, source=data.source, **self.components
-        )
+        data = self.run_tasks = self.run_tasks or RunTasks.load(self.config.data)
+        resolved = resolve_run(self.config, self.host, **data.as_given(), **self.components)
         self.model_path = resolved.model_path
         self.train = build_train_backend(self.model_path, backend_settings, self.host)
         check_world_size(settings, self.train.world_size)

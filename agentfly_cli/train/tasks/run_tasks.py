@@ -38,3 +38,7 @@ class RunTasks:
 
         rows = tuple(rows)
         return cls(source, rows, tuple(data_side(rows, data, source)))
+
+    def as_given(self) -> dict[str, Any]:
+        """``resolve_run``'s keywords for this run's side: ``tasks`` and their ``source``."""
+        return {"tasks": self.train, "source": self.source}
