@@ -78,7 +78,7 @@ def test_an_experiment_resolves_its_components_once(settings, monkeypatch):
 def test_tasks_in_memory_are_checked_like_a_files_rows(settings):
     from agentfly_cli import Experiment, UserError, run_rollout
 
-    with pytest.raises(UserError, match=r"^tasks\[1\]: expected a JSON object, got str"):
+    with pytest.raises(UserError, match=r"^tasks row 2: expected a JSON object, got str"):
         Experiment(settings, tasks=[ROWS[0], "What is 1 + 1?"]).rollout()
     with pytest.raises(UserError, match="tasks: expected a non-empty list of task rows"):
         run_rollout(settings, tasks=[])

@@ -62,7 +62,8 @@ class Experiment:
         if self._resolved is None:
             from agentfly_cli.rollout.from_settings import resolve_run
 
-            components = {"tasks": self._rows, "tools": self._tools, "reward": self._reward}
+            rows = None if self._rows is None else _tasks_of(self.settings, self._rows)
+            components = {"tasks": rows, "tools": self._tools, "reward": self._reward}
             self._resolved = resolve_run(self.settings, self.host, **components)
         return self
 
@@ -173,7 +174,8 @@ class Experiment:
         """The run folder checked, the warm start done (when the recipe has one), the trainer
         made; rows given in memory are kept in the run folder as its data file."""
         from agentfly_cli.files.run_folders import training_folder
-        from agentfly_cli.train.sft.warm_start import warm_started
+        from agentfly_cli.train.plan import plan_run
+        from agentfly_cli.train.tasks.run_tasks import RunTasks
         from agentfly_cli.train.trainer import Trainer
 
         settings = self.settings
@@ -184,8 +186,15 @@ class Experiment:
         tools = resolved.tools if resolved is not None else self._tools
         reward = resolved.reward if resolved is not None else self._reward
         components = {"tools": tools, "reward": reward, "host": self.host}
-        settings = warm_started(settings, run_dir, console=console, **components)
-        return Trainer(settings, run_dir=run_dir, resume=resume, console=console, **components)
+        # the data file is read once: the warm start and RL take their sides of the same rows
+        tasks = RunTasks.load(settings.data) if settings.trainer.warm_start.enabled else None
+        plan = plan_run(
+            settings, run_dir, warm_start=True, tasks=tasks, console=console, **components
+        )
+        return Trainer(
+            settings, run_dir=run_dir, resume=resume, console=console, plan=plan, tasks=tasks,
+            **components,
+        )  # fmt: skip
 
 
 def _as_tools(tools: Tools | None) -> list | None:
@@ -207,25 +216,32 @@ def _as_reward(reward: Any) -> Any:
     return make_reward(reward)
 
 
+def _checked_rows(rows: Any) -> list[dict[str, Any]]:
+    """Task rows given in memory, each checked as a data file's row is."""
+    from agentfly_cli.rollout.tasks import check_tasks
+
+    if isinstance(rows, (str, bytes)) or not isinstance(rows, Sequence) or not rows:
+        raise UserError("tasks: expected a non-empty list of task rows (dicts with 'question')")
+    return [dict(row) for row in check_tasks(rows, "tasks")]
+
+
 def _tasks_of(settings: RunSettings, rows: list | None) -> list[dict[str, Any]]:
-    """``settings``' tasks: from ``rows`` when given, else its data file."""
-    from agentfly_cli.rollout.from_settings import _given_tasks
-    from agentfly_cli.rollout.tasks import load_tasks
+    """``settings``' tasks: from ``rows`` when given (selected as a file's rows are: the
+    held-out split, ``where``, ``shuffle``, ``limit``), else its data file."""
+    from agentfly_cli.rollout.tasks import data_side, load_tasks
 
     data = settings.data
+    if rows is not None:
+        return data_side(_checked_rows(rows), data, "tasks")
     split = {"holdout": data.holdout, "holdout_seed": data.holdout_seed, "side": data.split}
     shuffle_seed = data.shuffle_seed if data.shuffle else None
-    if rows is not None:
-        return _given_tasks(rows, data.limit, data.where, shuffle_seed=shuffle_seed, **split)
     return load_tasks(data.path, data.limit, data.where, shuffle_seed=shuffle_seed, **split)
 
 
 def _with_task_file(settings: RunSettings, rows: list, path: Path) -> RunSettings:
-    from agentfly_cli.rollout.from_settings import _given_tasks
-
-    _given_tasks(rows, None, None, holdout=0.0, holdout_seed=0, side="all", shuffle_seed=None)
+    rows = _checked_rows(rows)
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = "".join(json.dumps(dict(row), ensure_ascii=False) + "\n" for row in rows)
+    text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
     path.write_text(text, encoding="utf-8")
     data = settings.data.model_copy(update={"path": str(path)})
     return settings.model_copy(update={"data": data})

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -135,8 +135,12 @@ def with_run_options(*names: str) -> Callable[[Callable[..., Any]], Callable[...
     return decorate
 
 
-def build_config(flags: RunFlags, *extra_sets: str):
-    """The run config from a recipe/YAML (``flags['spec']``) plus the flags that were given."""
+def build_config(flags: RunFlags, typed: Mapping[str, Any] | None = None):
+    """The run config from a recipe/YAML (``flags['spec']``) plus the flags that were given.
+
+    Every flag is a typed value at a dotted key (``typed`` adds a command's own, e.g.
+    ``{"trainer.steps": 2}``; None values are flags not given), applied before ``--set``
+    (a ``--set`` of the same key wins) and checked with the rest of the config."""
     from agentfly_cli.recipes.loader import load_config
 
     def text(name: str) -> str | None:
@@ -163,8 +167,9 @@ def build_config(flags: RunFlags, *extra_sets: str):
         # a new format starts without the recipe's options for the old one (--set can add some)
         "chat.parser_options": {} if flags.get("parser") else None,
         "out": text("out"),
+        **(typed or {}),
     }
-    config = load_config(flags.get("spec"), [*extra_sets, *(flags.get("sets") or [])], **fields)
+    config = load_config(flags.get("spec"), list(flags.get("sets") or []), **fields)
     if config.agent is not None:  # its gateway needs the serve extra: say so before any load
         from agentfly_cli.rollout.from_settings import check_agent_extra
 

@@ -40,12 +40,7 @@ def train(
 
     config = build_config(
         {**flags, "spec": flags["spec"] or DEFAULT_RECIPE},
-        *([f"trainer.steps={steps}"] if steps else []),
-        *(
-            [f"trainer.warm_start.enabled={str(warm_start).lower()}"]
-            if warm_start is not None
-            else []
-        ),
+        {"trainer.steps": steps, "trainer.warm_start.enabled": warm_start},
     )
     _quiet_transformers()
     result = run_training(config, out=out, resume=resume, console=not quiet)

@@ -11,8 +11,9 @@ import difflib
 import os
 import re
 import typing
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from pydantic import (
@@ -23,6 +24,7 @@ from pydantic import (
 from agentfly_cli.errors import UserError
 from agentfly_cli.settings.run import RunSettings
 
+S = TypeVar("S", bound=BaseModel)
 MCP_ENTRY = re.compile(r"\s*mcp(\[[^\]]*\])?:")  # an MCP server's command line, not a file
 
 
@@ -77,22 +79,45 @@ def parse_value(text: str) -> Any:
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Apply ``a.b=c`` overrides to a nested dict, in order."""
+    """Apply ``a.b=c`` overrides (``--set`` strings, values read as YAML) to a nested dict, in
+    order."""
     for item in overrides:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
             raise UserError(f"--set {item!r}: expected KEY=VALUE, e.g. --set rollout.n=8")
-        parts = key.strip().split(".")
-        node = data
-        for part in parts[:-1]:
-            child = node.get(part)
-            if child is None:
-                child = node[part] = {}
-            if not isinstance(child, dict):
-                raise UserError(f"--set {item!r}: '{part}' is not a section")
-            node = child
-        node[parts[-1]] = parse_value(raw)
+        _set_at(data, key.strip(), parse_value(raw), f"--set {item!r}")
     return data
+
+
+def apply_values(data: dict[str, Any], values: Mapping[str, Any]) -> dict[str, Any]:
+    """Set already-typed values at dotted keys (flags: ``{"trainer.steps": 2}``), in order; a
+    None value is a flag not given and changes nothing."""
+    for dotted, value in values.items():
+        if value is not None:
+            _set_at(data, dotted, value, dotted)
+    return data
+
+
+def _set_at(data: dict[str, Any], dotted: str, value: Any, label: str) -> None:
+    parts = dotted.split(".")
+    node = data
+    for part in parts[:-1]:
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            raise UserError(f"{label}: '{part}' is not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def validate_settings(model: type[S], data: Mapping[str, Any], source: str) -> S:
+    """``data`` checked as ``model`` (a settings model); a bad field is one UserError line
+    naming ``source``, the field and the fix."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise UserError(format_settings_error(exc, source, model)) from None
 
 
 def resolve_recipe_path(spec: str, host: Any = None) -> Path:
@@ -146,15 +171,10 @@ def load_config(
         source = str(path)
         _anchor_paths(data, path.parent)
     recipe_data = dict(data.get("data") or {})
-    for dotted, value in fields.items():
-        if value is not None:
-            apply_overrides_value(data, dotted, value)
+    apply_values(data, fields)
     apply_overrides(data, list(overrides or []))
     _holdout_stays_with_its_file(data, recipe_data)
-    try:
-        return RunSettings.model_validate(data)
-    except ValidationError as exc:
-        raise UserError(format_settings_error(exc, source)) from None
+    return validate_settings(RunSettings, data, source)
 
 
 def _holdout_stays_with_its_file(data: dict[str, Any], recipe_data: dict[str, Any]) -> None:
@@ -166,15 +186,6 @@ def _holdout_stays_with_its_file(data: dict[str, Any], recipe_data: dict[str, An
     for key in ("holdout", "holdout_seed"):
         if key in recipe_data and section.get(key) == recipe_data[key]:
             del section[key]
-
-
-def apply_overrides_value(data: dict[str, Any], dotted: str, value: Any) -> None:
-    """Set one already-typed value at a dotted key (CLI flags)."""
-    parts = dotted.split(".")
-    node = data
-    for part in parts[:-1]:
-        node = node.setdefault(part, {})
-    node[parts[-1]] = value
 
 
 def _anchor_paths(data: dict[str, Any], base: Path) -> None:

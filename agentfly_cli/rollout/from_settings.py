@@ -98,34 +98,6 @@ def _tools_for(entries: list, host) -> list:
     return tools
 
 
-def _given_tasks(
-    rows: Sequence[Mapping[str, Any]],
-    limit: int | None,
-    where: Mapping[str, Any] | None,
-    *,
-    holdout: float,
-    holdout_seed: int,
-    side: str,
-    shuffle_seed: int | None,
-) -> list[dict[str, Any]]:
-    """Task rows given in memory, checked and selected as :func:`load_tasks` does a file's."""
-    from agentfly_cli.rollout.tasks import check_task, held_out_indices, select_rows, shuffled
-
-    if isinstance(rows, (str, bytes)) or not isinstance(rows, Sequence) or not rows:
-        raise UserError("tasks: expected a non-empty list of task rows (dicts with 'question')")
-    for number, row in enumerate(rows):
-        check_task(row, f"tasks[{number}]")
-    chosen = [dict(row) for row in rows]
-    if holdout and side != "all":
-        held = held_out_indices(len(chosen), holdout, holdout_seed)
-        chosen = [row for i, row in enumerate(chosen) if (i in held) == (side == "heldout")]
-    if where:
-        chosen = select_rows(chosen, where, "tasks", "data.where")
-    if shuffle_seed is not None:
-        chosen = shuffled(chosen, shuffle_seed)
-    return chosen[:limit] if limit is not None else chosen
-
-
 @dataclass
 class ResolvedRun:
     """Phase one of a build: a run's components, resolved and checked from its config, before
@@ -159,16 +131,19 @@ def resolve_run(
     tasks: Sequence[Mapping[str, Any]] | None = None,
     tools: list | None = None,
     reward: Any = None,
+    source: str | None = None,
 ) -> ResolvedRun:
     """Resolve every component ``config`` names, from ``host`` (default: the installed
-    plugins); errors are one-line UserErrors. ``tasks`` (rows, checked like a file's),
-    ``tools`` and ``reward`` (objects, e.g. defined in a notebook; ``tools`` may mix them with
-    registered names) replace the config's."""
+    plugins); errors are one-line UserErrors. ``tools`` and ``reward`` (objects, e.g. defined
+    in a notebook; ``tools`` may mix them with registered names) replace the config's.
+    ``tasks``: the run's task rows, in memory, used as given (``data.path`` and the data
+    selection are not read); checked as a file's rows are, with errors naming ``source``
+    (default ``tasks``)."""
     started = time.perf_counter()
     from agentfly_cli.chat.parsers import get_parser
     from agentfly_cli.chat.templates import ChatTemplate
     from agentfly_cli.models import resolve_model
-    from agentfly_cli.rollout.tasks import check_system_prompt, load_tasks
+    from agentfly_cli.rollout.tasks import check_system_prompt
 
     if host is None:
         from agentfly_cli.plugin_host.plugins import get_plugin_host
@@ -177,19 +152,7 @@ def resolve_run(
     check_agent_extra(config)
     if config.out:
         check_output_path(config.out)
-    if not config.data.path and tasks is None:
-        raise UserError("no data: pass --data FILE.jsonl (or set data.path in the config)")
-    data = config.data
-    source = str(data.path) if tasks is None else "tasks"
-    tasks = (load_tasks if tasks is None else _given_tasks)(
-        data.path if tasks is None else tasks,
-        data.limit,
-        data.where,
-        holdout=data.holdout,
-        holdout_seed=data.holdout_seed,
-        side=data.split,
-        shuffle_seed=data.shuffle_seed if data.shuffle else None,
-    )
+    tasks, source = _run_tasks(config, tasks, source)
     if config.agent is None:  # an agent program brings its own prompts
         check_system_prompt(config.chat.system_prompt, tasks, source)
     tools = _tools_for(config.tools if tools is None else list(tools), host)
@@ -215,7 +178,7 @@ def resolve_run(
     envs = ResourceManager(env_specs, config.envs)  # bad pool sizes or options: before the model
     backend_ref = host.components.backends.get(config.backend.name)
 
-    model = config.backend.model or config.model
+    model = config.model
     if model is None:
         raise UserError(
             "no model: pass --model PATH (a transformers folder) or an alias: tiny, smollm2"
@@ -249,6 +212,24 @@ def resolve_run(
         time.perf_counter() - started,
         agent,
     )
+
+
+def _run_tasks(
+    config: RunSettings, tasks: Sequence[Mapping[str, Any]] | None, source: str | None
+) -> tuple[list[dict[str, Any]], str]:
+    """The run's tasks and the name its errors give them: rows given in memory, checked, or
+    ``data``'s side of ``data.path``."""
+    from agentfly_cli.rollout.tasks import check_tasks, data_side, read_tasks
+
+    if tasks is not None:
+        source = source or "tasks"
+        if not tasks:
+            raise UserError(f"{source}: no task rows given; pass at least one")
+        return check_tasks(tasks, source), source
+    if not config.data.path:
+        raise UserError("no data: pass --data FILE.jsonl (or set data.path in the config)")
+    path = str(config.data.path)
+    return data_side(read_tasks(path), config.data, path), path
 
 
 def assemble(resolved: ResolvedRun, backend: Any) -> RolloutRun:

@@ -57,21 +57,61 @@ def load_tasks(
     (``heldout``), the others (``train``) or all; drawn over the whole file, before ``where``
     keeps the rows whose fields match (see :func:`select_rows`), ``shuffle_seed`` (if not None)
     shuffles them (see :func:`shuffled`) and ``limit`` keeps the first ones.
-    ``where``'s errors name the setting ``where_key``.
+    ``where``'s errors name the setting ``where_key``. :func:`read_tasks` then
+    :func:`pick_tasks`: a run that needs several sides reads the file once.
     """
+    return pick_tasks(
+        read_tasks(path), str(path), limit, where, where_key,
+        holdout=holdout, holdout_seed=holdout_seed, side=side, shuffle_seed=shuffle_seed,
+    )  # fmt: skip
+
+
+def read_tasks(path: str | Path) -> list[dict[str, Any]]:
+    """Every row of the data file or folder at ``path``, each checked as a task."""
     rows = read_rows(path)
     if not rows:
         raise UserError(f"data file {str(path)!r} has no rows")
+    return check_tasks(rows, str(path))
+
+
+def check_tasks(rows: Sequence[Any], source: str) -> list[dict[str, Any]]:
+    """``rows`` as a list, each checked as a task (errors name ``source`` row N)."""
     for number, row in enumerate(rows, 1):
-        check_task(row, f"{path} row {number}")
+        check_task(row, f"{source} row {number}")
+    return list(rows)
+
+
+def pick_tasks(
+    rows: Sequence[dict[str, Any]],
+    source: str,
+    limit: int | None = None,
+    where: Mapping[str, Any] | None = None,
+    where_key: str = "data.where",
+    *,
+    holdout: float = 0.0,
+    holdout_seed: int = 0,
+    side: str = "all",
+    shuffle_seed: int | None = None,
+) -> list[dict[str, Any]]:
+    """The rows of a whole (checked) data file that :func:`load_tasks` keeps, in memory."""
+    rows = list(rows)
     if holdout and side != "all":
         held = held_out_indices(len(rows), holdout, holdout_seed)
         rows = [row for i, row in enumerate(rows) if (i in held) == (side == "heldout")]
     if where:
-        rows = select_rows(rows, where, str(path), where_key)
+        rows = select_rows(rows, where, source, where_key)
     if shuffle_seed is not None:
         rows = shuffled(rows, shuffle_seed)
     return rows[:limit] if limit is not None else rows
+
+
+def data_side(rows: Sequence[dict[str, Any]], data: Any, source: str) -> list[dict[str, Any]]:
+    """The rows a run's ``data`` settings (a ``DataSettings``) read from a whole file's rows."""
+    return pick_tasks(
+        rows, source, data.limit, data.where,
+        holdout=data.holdout, holdout_seed=data.holdout_seed, side=data.split,
+        shuffle_seed=data.shuffle_seed if data.shuffle else None,
+    )  # fmt: skip
 
 
 def shuffled(rows: Sequence[Any], seed: int) -> list[Any]:

@@ -75,7 +75,11 @@ class BackendSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field("hf", description="backend name: hf, vllm, openai, scripted, or a plugin's")
-    model: str | None = Field(None, description="model folder or alias (tiny, smollm2)")
+    model: str | None = Field(
+        None,
+        description="the model folder the backend loads: a run sets it from `model` (in a "
+        "config, backend.model is a deprecated alias of model)",
+    )
     tokenizer: str | None = Field(None, description="tokenizer folder, if not the model's")
     tokenizer_loader: Literal["auto", "transformers", "tokenizer.json"] = Field(
         "auto",

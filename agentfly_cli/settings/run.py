@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from agentfly_cli.settings.agent import AgentSettings
 from agentfly_cli.settings.chat import ObservationSettings
+from agentfly_cli.settings.deprecated import deprecated
 from agentfly_cli.settings.envs import EnvPoolSettings
 from agentfly_cli.settings.rollout import BackendSettings, RolloutSettings
 from agentfly_cli.settings.train import TrainerSettings
@@ -133,6 +134,26 @@ class RunSettings(BaseModel):
         description="an agent program run through the gateway instead of the turn loop (its "
         "tools are its own); a file.py:fn string also works",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _backend_model_is_model(cls, data: Any) -> Any:
+        """``backend.model`` in a config: a deprecated alias of ``model`` (it wins, as it did);
+        ``backend.model`` itself is the folder the run resolves and hands its backend."""
+        if not isinstance(data, dict):
+            return data
+        backend = data.get("backend")
+        if isinstance(backend, BackendSettings):
+            backend = backend.model_dump(exclude_unset=True)
+        if not isinstance(backend, dict) or "model" not in backend:
+            return data
+        backend = dict(backend)
+        model = backend.pop("model")
+        data = {**data, "backend": backend}
+        if model is not None:
+            deprecated("backend.model", "model", "the model folder or alias of the run")
+            data["model"] = model
+        return data
 
     @field_validator("agent", mode="before")
     @classmethod

@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agentfly_cli.settings.algorithm import AlgorithmSettings
+from agentfly_cli.settings.deprecated import deprecated
 from agentfly_cli.settings.train_backend import TrainBackendSettings
 
 
@@ -41,8 +42,9 @@ class EvalSettings(BaseModel):
         0.0,
         ge=0.0,
         lt=1.0,
-        description="hold this fraction of the data rows out of training (seeded) and "
-        "evaluate on them",
+        description="deprecated alias of data.holdout: hold this fraction of the run's "
+        "training rows out of RL (drawn by trainer.seed after where and limit) and evaluate on "
+        "them; data.holdout holds rows out of every phase, drawn over the whole file",
     )
     path: str | None = Field(None, description="eval tasks from this file; default: data.path")
     where: dict[str, Any] = Field(
@@ -59,6 +61,8 @@ class EvalSettings(BaseModel):
                 "holdout takes the eval tasks from the training data; leave path and where "
                 "unset, or set holdout: 0 to use them"
             )
+        if self.holdout:
+            deprecated("trainer.eval.holdout", "data.holdout", "held out of every phase")
         return self  # that every has tasks to evaluate is checked with the data (RunSettings)
 
     @property
@@ -252,7 +256,8 @@ class TrainerSettings(OptimizationSettings):
         included."""
         lookahead = self.mode == "async" and self.max_staleness > 0
         if lookahead and "tis_cap" not in self.algorithm.model_fields_set:
-            self.algorithm.tis_cap = ASYNC_TIS_CAP
+            # a copy: an AlgorithmSettings the caller passed in stays as it was
+            self.algorithm = self.algorithm.model_copy(update={"tis_cap": ASYNC_TIS_CAP})
         return self
 
 

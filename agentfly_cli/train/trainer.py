@@ -27,6 +27,7 @@ from agentfly_cli.train.backends.weight_sync import (
     choose_weight_sync,
 )
 from agentfly_cli.train.checkpoint import CheckpointManager
+from agentfly_cli.train.plan import RunPlan, plan_run
 from agentfly_cli.train.run_checks import (
     check_agent,
     check_group_size,
@@ -37,6 +38,7 @@ from agentfly_cli.train.steps.async_rollouts import skipped_groups_note
 from agentfly_cli.train.steps.source import StepSource
 from agentfly_cli.train.steps.step_io import StepResult, StepRollouts
 from agentfly_cli.train.tasks.plan import TaskPlan
+from agentfly_cli.train.tasks.run_tasks import RunTasks
 from agentfly_cli.train.telemetry.signal_watch import FlatRewardWatch
 from agentfly_cli.train.telemetry.step_progress import StepProgress
 from agentfly_cli.train.tensors.logprobs import auto_chunk_size, logprob_temperature, split_model
@@ -78,8 +80,12 @@ class Trainer:
         host: Any = None,
         tools: list | None = None,
         reward: Any = None,
+        plan: RunPlan | None = None,
+        tasks: RunTasks | None = None,
     ) -> None:
-        self.config = config
+        self.plan = plan or plan_run(config, run_dir)  # derived values; ``config`` stays as given
+        self.config = self.plan.run_settings(config)  # the settings the run runs with
+        self.run_tasks = tasks  # the run's data, read once (None: read in _setup)
         self.host = host  # where components are looked up; None: the installed plugins
         self.components = {"tools": tools, "reward": reward}  # objects instead of names
         self.settings = config.trainer
@@ -104,12 +110,7 @@ class Trainer:
         return_freed_memory()
 
         settings = self.settings
-        backend_settings = settings.backend
-        if backend_settings.total_steps is None:
-            per_step = settings.epochs * settings.mini_batches
-            backend_settings = backend_settings.model_copy(
-                update={"total_steps": settings.steps * per_step}
-            )
+        backend_settings = self.plan.backend_settings(settings.backend)
         self.share_prefix = settings.share_prefix
 
         check_group_size(self.advantage_fn, self.algo, self.config.rollout.n)
@@ -122,7 +123,8 @@ class Trainer:
             self.host = get_plugin_host()
         # an unknown train backend fails here, before anything loads
         self.host.components.train_backends.get(backend_settings.name)
-        resolved = resolve_run(self.config, self.host, **self.components)
+        data = self.run_tasks = self.run_tasks or RunTasks.load(self.config.data)
+        resolved = resolve_run(self.config, self.host, **data.as_given(), **self.components)
         self.model_path = resolved.model_path
         self.train = build_train_backend(self.model_path, backend_settings, self.host)
         check_world_size(settings, self.train.world_size)
@@ -143,9 +145,10 @@ class Trainer:
             # and a shared-prefix pass is one more body call than a plain one.
             self.share_prefix = False
         self.chat = self.engine.chat
-        self.tasks = TaskPlan(self.rollout.tasks, settings, self.config.data)
+        self.tasks = TaskPlan(self.rollout.tasks, settings, self.config.data, data.rows)
         if self.train.is_main:
             self.tasks.write_held_out(self.run_dir)
+            self.plan.write(self.run_dir)
         self.reference = None
         if alg.needs_reference(self.algo):
             from agentfly_cli.train.backends.base import load_reference_model

@@ -36,27 +36,17 @@ TRAIN_FILE = "train_tasks.jsonl"
 
 
 def build_settings(sets: Sequence[str] = (), **flags: Any) -> SFTSettings:
-    """SFT settings from ``--set key=value`` overrides, then the flags that were given."""
-    from pydantic import ValidationError
-
-    from agentfly_cli.recipes.loader import (
-        apply_overrides,
-        apply_overrides_value,
-        format_settings_error,
-    )
+    """SFT settings from ``--set key=value`` overrides, then the flags that were given (typed
+    values at dotted keys), with the loader every command uses."""
+    from agentfly_cli.recipes.loader import apply_overrides, apply_values, validate_settings
 
     defaults = SFTSettings().model_dump()
     # left unset unless --set names it: the default tensorboard sink is then skipped quietly
     # where the extra is missing (telemetry.default_optional_sinks), as in `train`
     defaults["telemetry"].pop("sinks")
     data = apply_overrides(defaults, list(sets))  # keeps the SFT defaults
-    for dotted, value in flags.items():
-        if value is not None:
-            apply_overrides_value(data, dotted, value)
-    try:
-        return SFTSettings.model_validate(data)
-    except ValidationError as exc:
-        raise UserError(format_settings_error(exc, "sft settings", SFTSettings)) from None
+    apply_values(data, flags)
+    return validate_settings(SFTSettings, data, "sft settings")
 
 
 def default_model(chains: Sequence[Trajectory]) -> str:

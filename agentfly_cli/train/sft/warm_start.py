@@ -125,16 +125,20 @@ def warn_if_kinds_left_out(
         )
 
 
-def warm_start(config: Any, run_dir: Path, *, console: bool = True, **components: Any) -> Path:
+def warm_start(
+    config: Any, run_dir: Path, *, console: bool = True, tasks: Any = None, **components: Any
+) -> Path:
     """Fine-tune ``config``'s model on the packaged solutions of its training tasks; the
-    folder of the fine-tuned model (reused when a previous run left it). ``components``:
-    ``host``, ``tools`` and ``reward``, as for ``resolve_run``."""
+    folder of the fine-tuned model (reused when a previous run left it). ``tasks``: the run's
+    :class:`~agentfly_cli.train.tasks.run_tasks.RunTasks` (None: read ``data.path`` here).
+    ``components``: ``host``, ``tools`` and ``reward``, as for ``resolve_run``."""
     from agentfly_cli.models import resolve_model
     from agentfly_cli.rollout.from_settings import assemble, resolve_run, run_rollout
-    from agentfly_cli.rollout.tasks import load_tasks
+    from agentfly_cli.rollout.tasks import pick_tasks
     from agentfly_cli.settings.train import SFTSettings
     from agentfly_cli.settings.train_backend import TrainBackendSettings
     from agentfly_cli.train.sft.fine_tune import fine_tune
+    from agentfly_cli.train.tasks.run_tasks import RunTasks
 
     settings = config.trainer.warm_start
     folder = Path(run_dir) / FOLDER
@@ -149,39 +153,40 @@ def warm_start(config: Any, run_dir: Path, *, console: bool = True, **components
         )
     folder.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    # its own limit, in file order (as `everything[: settings.limit]` below reads them)
-    data = config.data.model_copy(
-        update={"split": "train", "limit": settings.limit, "shuffle": False}
-    )
+    data = config.data
+    if tasks is None:
+        tasks = RunTasks.load(data)
+    # the training side in file order (no shuffle); its own limit applies below
     split = {"holdout": data.holdout, "holdout_seed": data.holdout_seed, "side": "train"}
-    everything = load_tasks(data.path, None, data.where, **split)  # limit applies below
+    everything = pick_tasks(tasks.rows, tasks.source, None, data.where, **split)
     if settings.balance:
-        tasks = balanced_subset(everything, settings.balance, settings.limit)
-        chosen = [task["id"] for task in tasks]  # the rollout reads exactly these
-        data = data.model_copy(update={"limit": None, "where": {**data.where, "id": chosen}})
+        chosen = balanced_subset(everything, settings.balance, settings.limit)
+        picked = {str(task["id"]) for task in chosen}
+        played = [task for task in everything if str(task["id"]) in picked]  # file order
     else:
-        tasks = everything[: settings.limit]  # as the rollout's data.limit reads them
+        chosen = played = everything[: settings.limit]
         chose_file_order = "balance" in settings.model_fields_set  # an explicit null
         if settings.limit and config.trainer.balance and not chose_file_order:
-            warn_if_kinds_left_out(tasks, everything, config.trainer.balance)
+            warn_if_kinds_left_out(chosen, everything, config.trainer.balance)
     script = folder / SCRIPT_FILE
     scripted = config.backend.model_copy(update={"name": "scripted", "script": str(script)})
 
     resolved = resolve_run(
         config.model_copy(
             update={
-                "data": data,
                 "backend": scripted,
                 "rollout": config.rollout.model_copy(update={"n": 1}),
                 "out": None,
             }
         ),
+        tasks=played,
+        source=tasks.source,
         **components,
     )
     # the scripted backend, made once the run's tools, envs and options are checked
     from agentfly_cli.backends.scripted import ScriptedBackend, load_script
 
-    lines = solution_script(tasks, settings)
+    lines = solution_script(chosen, settings)
     script.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
     rollout = assemble(resolved, ScriptedBackend(load_script(script), resolved.chat))
     run_rollout(rollout, out=str(folder / CHAINS_FILE))
@@ -201,11 +206,11 @@ def warm_start(config: Any, run_dir: Path, *, console: bool = True, **components
             dtype=config.trainer.backend.dtype,
         ),
     )
-    model = str(resolve_model(config.backend.model or config.model))
+    model = str(resolve_model(config.model))
     fine_tune([folder / CHAINS_FILE], model, folder, sft, console=console, force=True)
     summary = {
         "seconds": round(time.monotonic() - started, 1),
-        "tasks": len(tasks),
+        "tasks": len(chosen),
         "balance": settings.balance,
         "base_model": model,
         "epochs": settings.epochs,
@@ -213,13 +218,3 @@ def warm_start(config: Any, run_dir: Path, *, console: bool = True, **components
     }
     (folder / SUMMARY_FILE).write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     return model_dir
-
-
-def warm_started(config: Any, run_dir: Path, *, console: bool = True, **components: Any) -> Any:
-    """``config`` with its model replaced by the warm-started one when
-    ``trainer.warm_start.enabled``; else ``config`` as it is."""
-    if not config.trainer.warm_start.enabled:
-        return config
-    model_dir = str(warm_start(config, run_dir, console=console, **components))
-    backend = config.backend.model_copy(update={"model": None})
-    return config.model_copy(update={"model": model_dir, "backend": backend})

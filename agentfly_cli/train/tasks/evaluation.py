@@ -43,14 +43,16 @@ def split_tasks(
     *,
     data: Any,
     seed: int = 0,
+    file_rows: Sequence[dict[str, Any]] | None = None,
 ) -> EvalSplit:
     """The eval tasks, and the training rows that remain. Without eval, all rows train.
 
     ``rows`` are the run's tasks (``data``'s train side when ``data.holdout`` is set); the eval
     tasks are, in order of precedence, a ``settings.holdout`` share of them, the rows of
     ``settings.path``, or the held-out side of ``data.path`` (all of it without a holdout),
-    then ``settings.where``, ``data.shuffle`` and ``settings.limit``."""
-    from agentfly_cli.rollout.tasks import held_out_indices, load_tasks, shuffled
+    then ``settings.where``, ``data.shuffle`` and ``settings.limit``. ``file_rows``: every row
+    of ``data.path``, read already (a run reads its data file once); None: read it here."""
+    from agentfly_cli.rollout.tasks import held_out_indices, pick_tasks, read_tasks, shuffled
 
     rows = list(rows)
     shuffle_seed = data.shuffle_seed if data.shuffle else None  # which rows a limit keeps
@@ -77,9 +79,11 @@ def split_tasks(
     if not settings.path and data.holdout:
         split = {"holdout": data.holdout, "holdout_seed": data.holdout_seed, "side": "heldout"}
     path = settings.path or data.path
-    evaluated = load_tasks(
-        path, settings.limit, settings.where, "trainer.eval.where", shuffle_seed=shuffle_seed,
-        **split,
+    if settings.path or file_rows is None:
+        file_rows = read_tasks(path)
+    evaluated = pick_tasks(
+        file_rows, str(path), settings.limit, settings.where, "trainer.eval.where",
+        shuffle_seed=shuffle_seed, **split,
     )  # fmt: skip
     notes = []
     seen = {_key(row) for row in rows}

@@ -21,14 +21,22 @@ class TaskPlan:
     out the training side step by step, :meth:`record` feeds the curriculum."""
 
     def __init__(
-        self, tasks: Sequence[Mapping[str, Any]], settings: TrainerSettings, data: DataSettings
+        self,
+        tasks: Sequence[Mapping[str, Any]],
+        settings: TrainerSettings,
+        data: DataSettings,
+        file_rows: Sequence[Mapping[str, Any]] | None = None,
     ) -> None:
+        """``tasks``: the run's side of the data; ``file_rows``: every row of ``data.path``, read
+        once by the run (None: the held-out side reads the file again)."""
         if data.split == "heldout":
             raise UserError(
                 "data.split: heldout would train on the held-out tasks; use train (the default)"
             )
         self.settings = settings
-        self.split = split_tasks(tasks, settings.eval, data=data, seed=settings.seed)
+        self.split = split_tasks(
+            tasks, settings.eval, data=data, seed=settings.seed, file_rows=file_rows
+        )
         self.held_out = HeldOutEval(self.split, settings.eval, settings.steps)
         self.stream = task_stream(
             self.split.train,

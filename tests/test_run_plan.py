@@ -1,0 +1,100 @@
+"""One data path: a training run reads its data file once, its settings stay as given (the
+derived values are in its RunPlan), in-memory tasks, typed flags and the deprecated aliases."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+
+import pytest
+
+from agentfly_cli.errors import UserError
+from agentfly_cli.recipes.loader import load_config
+
+WARM_RUN = (
+    "trainer.warm_start.enabled=true", "trainer.warm_start.limit=3", "trainer.steps=1",
+    "trainer.tasks_per_step=2", "rollout.n=2", "trainer.eval.every=1", "trainer.eval.limit=2",
+    "trainer.backend.device=cpu", "rollout.max_total_tokens=3000",
+)  # fmt: skip
+
+
+def test_a_warm_started_run_with_held_out_eval_reads_its_data_once(
+    tiny_model, tmp_path, monkeypatch
+):
+    import agentfly_cli.rollout.tasks as tasks_module
+    import agentfly_cli.train.sft.fine_tune as fine_tune_module
+    from agentfly_cli.api.experiment import Experiment
+
+    config = load_config("search_qa", list(WARM_RUN), model=str(tiny_model))
+    assert config.data.holdout and config.trainer.eval.every  # held-out eval, from data.holdout
+    given = config.model_dump()
+    reads = []
+    read_rows = tasks_module.read_rows
+    monkeypatch.setattr(tasks_module, "read_rows", lambda p: reads.append(p) or read_rows(p))
+
+    def fine_tune(chains, model, out, settings, **options):  # the warm start's model: a copy
+        shutil.copytree(model, out / "model")
+
+    monkeypatch.setattr(fine_tune_module, "fine_tune", fine_tune)
+    run = tmp_path / "run"
+    trainer = Experiment(config)._trainer(run, resume=False, console=False)
+    trainer._setup()
+    try:
+        assert len(reads) == 1, reads  # the warm start, RL and the held-out eval share one read
+        assert trainer.tasks.split.eval and trainer.tasks.split.train
+    finally:
+        trainer.train.close()
+    assert config.model_dump() == given  # the settings the user gave are unchanged
+    warm = str(run / "warm_start" / "model")
+    assert config.model == str(tiny_model) and trainer.config.model == warm
+    plan = json.loads((run / "plan.json").read_text())
+    assert plan["warm_started"] and plan["model"] == warm and plan["total_steps"] == 1
+    assert plan["base_model"] == str(tiny_model) and plan["run_dir"] == str(run)
+
+
+def test_tasks_in_memory_are_checked_like_a_files_rows(tiny_model):
+    from agentfly_cli.rollout.from_settings import resolve_run
+
+    config = load_config("calculator", model=str(tiny_model))
+    rows = [{"question": "1 + 1?", "answer": "2"}, {"answer": "3"}]
+    with pytest.raises(UserError, match=r"^tasks row 2: needs a 'question' field"):
+        resolve_run(config, tasks=rows)
+    with pytest.raises(UserError, match="no task rows given"):
+        resolve_run(config, tasks=[])
+    prompted = load_config(
+        "calculator", model=str(tiny_model), **{"chat.system_prompt": "Level {level}."}
+    )
+    with pytest.raises(UserError, match=r"chat.system_prompt uses \{level\}.*tasks"):
+        resolve_run(prompted, tasks=rows[:1])
+    resolved = resolve_run(config, tasks=rows[:1])
+    assert resolved.tasks == rows[:1]  # used as given: data.path is not read
+
+
+def test_flags_are_typed_values_before_set():
+    from agentfly_cli.cli.run_options import build_config
+
+    config = build_config({"spec": "calculator"}, {"trainer.steps": 3})
+    assert config.trainer.steps == 3
+    chosen = build_config({"spec": "calculator", "sets": ["trainer.steps=5"]}, {"trainer.steps": 3})
+    assert chosen.trainer.steps == 5  # --set of the same key wins, as it did
+    with pytest.raises(UserError, match="trainer.steps: Input should be greater than"):
+        build_config({"spec": "calculator"}, {"trainer.steps": 0})
+
+
+def test_backend_model_is_a_deprecated_alias_of_model(caplog):
+    with caplog.at_level(logging.WARNING, logger="agentfly_cli.settings"):
+        config = load_config("calculator", ["backend.model=tiny"], model="smollm2")
+    assert config.model == "tiny" and config.backend.model is None  # it wins, as it did
+    assert "backend.model is deprecated; use model" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="agentfly_cli.settings"):
+        assert load_config("calculator", model="tiny").model == "tiny"
+    assert "deprecated" not in caplog.text
+
+
+def test_eval_holdout_warns_that_data_holdout_replaces_it(caplog):
+    with caplog.at_level(logging.WARNING, logger="agentfly_cli.settings"):
+        config = load_config("calculator", ["trainer.eval.every=1", "trainer.eval.holdout=0.2"])
+    assert config.trainer.eval.holdout == 0.2
+    assert "trainer.eval.holdout is deprecated; use data.holdout" in caplog.text
