@@ -38,6 +38,14 @@ def load_config(
     return load_settings(recipe, overrides=sets, **fields)
 
 
+def check_agent_extra(settings: RunSettings) -> None:
+    """A run with an ``agent`` program needs the ``serve`` extra (its gateway): without it, one
+    line naming the install, before anything loads."""
+    from agentfly_cli.rollout.from_settings import check_agent_extra as check
+
+    check(settings)
+
+
 def settings_of(settings_or_recipe: RunSettings | str | Path) -> RunSettings:
     """``settings_or_recipe`` as settings: a recipe name or YAML file is loaded."""
     if isinstance(settings_or_recipe, (str, Path)):

@@ -81,3 +81,18 @@ def run_sft(
     settings = sft_settings() if settings is None else settings
     paths = [Path(p) for p in trajectories]
     return fine_tune(paths, model, folder, settings, console=console, force=force)
+
+
+def heldout_tasks_file(out: str | Path) -> Path:
+    """Where an SFT run in ``out`` wrote the tasks of its held-out chains."""
+    from agentfly_cli.train.sft.fine_tune import HELDOUT_FILE
+
+    return Path(out) / HELDOUT_FILE
+
+
+def export_model(run_dir: str | Path, out: str | Path, *, force: bool = False) -> Path:
+    """The newest checkpoint of a training run (or a checkpoint folder) written to ``out`` as
+    a Hugging Face model folder (``agentfly export``); the folder written."""
+    from agentfly_cli.train.export import export_model as export
+
+    return export(run_dir, out, force=force)

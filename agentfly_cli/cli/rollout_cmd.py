@@ -105,9 +105,9 @@ def evaluate(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Evaluate: roll out n chains per task and report pass@k and mean@k."""
+    from agentfly_cli.api.errors import UserError
     from agentfly_cli.api.settings import for_eval, with_output_file
     from agentfly_cli.cli.rollout_report import eval_tables, print_report
-    from agentfly_cli.errors import UserError
 
     if not math.isfinite(threshold):
         raise UserError(f"--threshold {threshold}: must be a finite number, e.g. 1 or 0.5")

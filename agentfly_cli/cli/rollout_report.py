@@ -10,8 +10,8 @@ from typing import Any
 
 from rich.markup import escape
 
+from agentfly_cli.api.errors import printable
 from agentfly_cli.cli.output import stdout_console, table
-from agentfly_cli.files.safe_text import printable
 
 POOL_COUNTERS = ("acquired", "released", "restarts", "killed", "failed", "timeouts", "started")
 

@@ -141,7 +141,7 @@ def build_config(flags: RunFlags, typed: Mapping[str, Any] | None = None):
     Every flag is a typed value at a dotted key (``typed`` adds a command's own, e.g.
     ``{"trainer.steps": 2}``; None values are flags not given), applied before ``--set``
     (a ``--set`` of the same key wins) and checked with the rest of the config."""
-    from agentfly_cli.recipes.loader import load_config
+    from agentfly_cli.api.settings import check_agent_extra, load_settings
 
     def text(name: str) -> str | None:
         value = flags.get(name)
@@ -169,17 +169,15 @@ def build_config(flags: RunFlags, typed: Mapping[str, Any] | None = None):
         "out": text("out"),
         **(typed or {}),
     }
-    config = load_config(flags.get("spec"), list(flags.get("sets") or []), **fields)
+    config = load_settings(flags.get("spec"), overrides=list(flags.get("sets") or []), **fields)
     if config.agent is not None:  # its gateway needs the serve extra: say so before any load
-        from agentfly_cli.rollout.from_settings import check_agent_extra
-
         check_agent_extra(config)
     return config
 
 
 def parse_where(items: list[str] | None) -> dict[str, Any] | None:
     """``--where FIELD=VALUE[,VALUE...]`` flags as ``data.where``; None when none were given."""
-    from agentfly_cli.errors import UserError
+    from agentfly_cli.api.errors import UserError
 
     if not items:
         return None

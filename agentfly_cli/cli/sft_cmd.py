@@ -39,9 +39,8 @@ def sft(
     sets: list[str] | None = SETS,
 ) -> None:
     """Fine-tune a model on the trained tokens of trajectories (e.g. scripted solutions)."""
-    from agentfly_cli.api.training import run_sft, sft_folder, sft_settings
+    from agentfly_cli.api.training import heldout_tasks_file, run_sft, sft_folder, sft_settings
     from agentfly_cli.cli.rollout_cmd import _quiet_transformers
-    from agentfly_cli.train.sft.fine_tune import HELDOUT_FILE
 
     sft_folder(out)
 
@@ -76,7 +75,7 @@ def sft(
     )
     console.print(f"model: {result.model_dir}")
     if result.heldout_tasks:
-        tasks = result.out / HELDOUT_FILE
+        tasks = heldout_tasks_file(result.out)
         console.print(
             f"held-out tasks: {tasks}  (score them: agentfly eval RECIPE --model "
             f"{result.model_dir} --data {tasks})"

@@ -71,7 +71,7 @@ def export(
     ),
 ) -> None:
     """Write the newest checkpoint of a run as a Hugging Face model folder."""
-    from agentfly_cli.train.export import export_model
+    from agentfly_cli.api.training import export_model
 
     written = export_model(run_dir, out, force=force)
     stdout_console().print(f"wrote {written} (load it with from_pretrained)")
