@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-PAGE = Path(__file__).resolve().parent.parent / "docs" / "python.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "python.md"
 
 
 def blocks() -> list[str]:

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from agentfly_cli.cli.app import build_app
 from agentfly_cli.trajectory import read_trajectories
-from tests.recipe_checks import needs_smollm2
+from tests.helpers.recipe_checks import needs_smollm2
 
 runner = CliRunner()
 

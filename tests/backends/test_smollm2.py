@@ -8,7 +8,7 @@ import json
 import pytest
 
 from agentfly_cli.errors import UserError
-from tests.recipe_checks import needs_smollm2
+from tests.helpers.recipe_checks import needs_smollm2
 
 STRINGS = [
     "What is 2+2?",

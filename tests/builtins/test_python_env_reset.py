@@ -13,8 +13,8 @@ import textwrap
 import pytest
 
 from envs_builtin.python_sandbox import PythonSandboxEnv, bwrap_problem
-from tests.recipe_checks import json_call, scripted_rollout
-from tests.sandbox_modes import SANDBOX
+from tests.helpers.recipe_checks import json_call, scripted_rollout
+from tests.helpers.sandbox_modes import SANDBOX
 
 BWRAP_PROBLEM = bwrap_problem()
 NEEDS_BWRAP = pytest.mark.skipif(

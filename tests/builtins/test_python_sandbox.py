@@ -21,7 +21,7 @@ from envs_builtin.python_sandbox import (
     python,
 )
 from envs_builtin.sandbox_processes import alive
-from tests.sandbox_modes import SANDBOX
+from tests.helpers.sandbox_modes import SANDBOX
 
 BWRAP_PROBLEM = bwrap_problem()
 NO_CGROUP = sandbox_cgroup.unavailable()

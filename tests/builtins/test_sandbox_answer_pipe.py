@@ -13,9 +13,9 @@ import pytest
 
 from envs_builtin.sandbox_cgroup import Limits
 from envs_builtin.sandbox_interpreter import Interpreter, Launch
-from tests.sandbox_modes import SANDBOX
+from tests.helpers.sandbox_modes import SANDBOX
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 AGENTFLY = Path(sys.executable).with_name("agentfly")
 
 

@@ -26,7 +26,7 @@ import pytest
 from envs_builtin.python_sandbox import PythonSandboxEnv, bwrap_problem
 from envs_builtin.sandbox_cgroup import unavailable
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 BWRAP_PROBLEM = bwrap_problem()
 NO_CGROUP = unavailable()
 SECRET_NAME, SECRET_VALUE = "AGENTFLY_TEST_SECRET", "hunter2-d41d8cd9"

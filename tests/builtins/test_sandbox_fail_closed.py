@@ -23,9 +23,9 @@ from agentfly_cli.errors import UserError
 from envs_builtin import python_sandbox
 from envs_builtin.python_sandbox import PythonSandboxEnv, SandboxUnavailableError, SandboxWarning
 from envs_builtin.sandbox_interpreter import Interpreter
-from tests.recipe_checks import agentfly, json_call, write_jsonl
+from tests.helpers.recipe_checks import agentfly, json_call, write_jsonl
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent  # the venv's bin: agentfly, python, no bwrap
 FAKE_BWRAP = """#!/bin/sh
 if [ "$1" = --help ]; then echo "usage: bwrap ... --disable-userns"; exit 0; fi

@@ -16,7 +16,7 @@ from rewards_builtin.scoring import (
     qa_f1_score,
 )
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(

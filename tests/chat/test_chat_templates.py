@@ -309,7 +309,7 @@ PACKAGED = {  # name: (end-of-turn text, default parser, a turn that calls the t
 
 
 # Templates whose turns end otherwise when sampled than in history: tested on their own.
-TESTED_ELSEWHERE = {"harmony": "tests/test_formats_harmony.py"}
+TESTED_ELSEWHERE = {"harmony": "tests/chat/test_formats_harmony.py"}
 
 
 def test_every_packaged_template_is_covered():

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from agentfly_cli.chat.doctor import diagnose, training_notes
 from agentfly_cli.cli.app import build_app
-from tests.test_trainer import ON_CPU, recipe  # noqa: F401 (fixture)
+from tests.train.test_trainer import ON_CPU, recipe  # noqa: F401 (fixture)
 
 TOOL_ROLE_REFUSED = (
     "{% for message in messages %}"

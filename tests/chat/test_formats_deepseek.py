@@ -25,16 +25,16 @@ from agentfly_cli.chat.templates import ChatTemplate
 from agentfly_cli.chat.tokenizer_loading import SUBSTITUTED, load_tokenizer, round_trip_loss
 from agentfly_cli.cli.app import build_app
 from agentfly_cli.errors import UserError
-from tests.conftest import real_tokenizer
-from tests.parse_timing import ParseClock
-from tests.test_chat_templates import (
+from tests.chat.test_chat_templates import (
     MESSAGES,
     TOOLS,
     assert_mask_invariant,
     assert_matches_full_render,
     simulate,
 )
-from tests.test_parser_limits import check_bounded
+from tests.chat.test_parser_limits import check_bounded
+from tests.helpers.parse_timing import ParseClock
+from tests.helpers.realdata_paths import real_tokenizer
 
 PARSER = DeepSeekV3Parser()
 
@@ -374,7 +374,7 @@ def test_the_gateway_records_a_deepseek_tool_loop_token_exactly(chat):
     ``tool_calls``; the echoed history (whose arguments the template only writes as a string,
     with no content) extends the segment by the tool result's delta."""
     from agentfly_cli.serve.gateway import Gateway
-    from tests.test_serve_capture import Replies, echoed
+    from tests.serve.test_serve_capture import Replies, echoed
 
     reply = turn(v3("calculator", {"expression": "6 * 7"}))
     backend = Replies(chat, [reply, "It is 42."])

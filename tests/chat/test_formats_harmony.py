@@ -14,8 +14,8 @@ from agentfly_cli.chat.formats.harmony import HarmonyParser, read_header
 from agentfly_cli.chat.parsers import get_parser
 from agentfly_cli.chat.templates import ChatTemplate
 from agentfly_cli.cli.app import build_app
-from tests.conftest import real_tokenizer
-from tests.parse_timing import ParseClock
+from tests.helpers.parse_timing import ParseClock
+from tests.helpers.realdata_paths import real_tokenizer
 
 # The spec's ids (openai/harmony docs/format.md), which the real tokenizer must give.
 IDS = {"<|start|>": 200006, "<|end|>": 200007, "<|message|>": 200008, "<|channel|>": 200005,

@@ -15,15 +15,15 @@ from agentfly_cli.chat.parsers import get_parser
 from agentfly_cli.chat.sources import guess_parser
 from agentfly_cli.chat.templates import ChatTemplate
 from agentfly_cli.cli.app import build_app
-from tests.conftest import real_tokenizer
-from tests.parse_timing import ParseClock
-from tests.test_chat_templates import (
+from tests.chat.test_chat_templates import (
     MESSAGES,
     TOOLS,
     assert_mask_invariant,
     assert_matches_full_render,
     simulate,
 )
+from tests.helpers.parse_timing import ParseClock
+from tests.helpers.realdata_paths import real_tokenizer
 
 EXPECTED = '[tool_name(argument="value", count=2)]'  # the form every error message shows
 

@@ -19,15 +19,15 @@ from agentfly_cli.cli.app import build_app
 from agentfly_cli.components.tools import tool
 from agentfly_cli.rollout.engine import RolloutEngine
 from agentfly_cli.settings.rollout import RolloutSettings
-from tests.conftest import real_tokenizer
-from tests.parse_timing import ParseClock
-from tests.test_chat_templates import (
+from tests.chat.test_chat_templates import (
     MESSAGES,
     assert_mask_invariant,
     assert_matches_full_render,
     simulate,
 )
-from tests.test_parser_limits import check_bounded
+from tests.chat.test_parser_limits import check_bounded
+from tests.helpers.parse_timing import ParseClock
+from tests.helpers.realdata_paths import real_tokenizer
 
 PARSER = Qwen3CoderParser()
 
@@ -301,7 +301,7 @@ def test_malformed_schemas_type_nothing_and_break_nothing():
 )
 def test_the_gateway_types_values_by_the_requests_tools(tiny_model, tools, expected):
     from agentfly_cli.serve.gateway import Gateway
-    from tests.test_serve_capture import Replies
+    from tests.serve.test_serve_capture import Replies
 
     chat = ChatTemplate.load(tiny_model, "qwen3_coder")
     text = xml("lookup", code="12", count="3")

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from agentfly_cli.chat.formats.json_extent import value_end
 from agentfly_cli.chat.parser_output import strip_fence, strip_trailing_markers
-from tests.parse_timing import ParseClock
+from tests.helpers.parse_timing import ParseClock
 
 PARSERS = ["hermes", "llama3_json", "mistral", "react", "line", "harmony", "pythonic"]
 PARSERS += ["deepseek_v3", "qwen3_coder"]

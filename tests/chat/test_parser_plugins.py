@@ -19,7 +19,7 @@ from agentfly_cli.errors import ComponentConflictError, UnknownComponentError, U
 from agentfly_cli.plugin_host.plugins import load_plugins
 from agentfly_cli.trajectory import read_trajectories
 
-# the names declared in chat/builtin_parsers.py (tests/test_parsers.py checks the list itself)
+# the names declared in chat/builtin_parsers.py (tests/chat/test_parsers.py checks the list itself)
 BUILTINS = sorted(
     getattr(importlib.import_module(module, "agentfly_cli.chat"), class_name).name
     for module, class_name, _ in BUILTIN_PARSERS

@@ -5,7 +5,7 @@ shape) is a scan of those texts, not a decode of the whole vocabulary again."""
 from __future__ import annotations
 
 from agentfly_cli.chat.templates import ChatTemplate
-from tests.conftest import real_tokenizer
+from tests.helpers.realdata_paths import real_tokenizer
 
 
 def _reference(tokenizer, stops):

@@ -46,7 +46,7 @@ def tokenizers(realdata_root, tiny_model):
 
 @pytest.fixture(scope="module")
 def encoders(tiny_model):
-    from tests.conftest import REALDATA
+    from tests.helpers.realdata_paths import REALDATA
 
     root = REALDATA if REALDATA.is_dir() else None
     return [(tok, TextEncoder(tok)) for tok in tokenizers(root, tiny_model)]

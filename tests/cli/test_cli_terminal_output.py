@@ -145,7 +145,7 @@ def test_view_imports_neither_torch_nor_transformers(evil_trajectories):
 
 
 def _tokenizer_sources(tiny_model):
-    from tests.conftest import REALDATA
+    from tests.helpers.realdata_paths import REALDATA
 
     yield tiny_model
     for name in ("qwen2.5", "smollm2"):

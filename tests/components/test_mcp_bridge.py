@@ -33,8 +33,9 @@ from agentfly_cli.components.mcp_tools import (  # noqa: E402
 from agentfly_cli.components.schema import JsonSchemaArguments  # noqa: E402
 from agentfly_cli.errors import UserError  # noqa: E402
 from agentfly_cli.trajectory import read_trajectories  # noqa: E402
+from tests.helpers.paths import FIXTURES  # noqa: E402
 
-SERVER = Path(__file__).parent / "fixtures" / "mcp_server.py"
+SERVER = FIXTURES / "mcp_server.py"
 runner = CliRunner()
 
 

@@ -329,7 +329,7 @@ def test_invalid_tool_names(bad):
 
 
 def test_future_annotations_module():
-    from tests.future_annotations_tools import search
+    from tests.helpers.future_annotations_tools import search
 
     properties = search.parameters["properties"]
     assert properties["query"] == {"type": "string", "description": "What to look for."}

@@ -24,7 +24,7 @@ from agentfly_cli.envs.pool import AcquireTimeout, EnvPool, EnvStartError, Lease
 from agentfly_cli.envs.providers.local import LocalEnvHandle, LocalProvider
 from agentfly_cli.envs.providers.process import EnvProcessDied, ProcessProvider
 from agentfly_cli.settings.envs import PoolLimits
-from tests.envs_for_tests import make_proc_env
+from tests.helpers.envs_for_tests import make_proc_env
 
 SEED = 20250611
 HANG = 3600.0

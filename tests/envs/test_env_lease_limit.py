@@ -18,7 +18,7 @@ from agentfly_cli.envs.pool import EnvPool, LeaseExpired
 from agentfly_cli.envs.providers.local import LocalProvider
 from agentfly_cli.pool_server.server import PoolServer
 from agentfly_cli.settings.envs import EnvPoolSettings, PoolLimits
-from tests.pool_helpers import assert_settled, eventually, run
+from tests.helpers.pool_helpers import assert_settled, eventually, run
 
 LIMIT = 0.2
 

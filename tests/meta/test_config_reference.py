@@ -8,7 +8,7 @@ from pathlib import Path
 from agentfly_cli.settings import VARIABLES
 from agentfly_cli.settings.reference import markdown, sections
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SOURCES = ("agentfly_cli", "envs_builtin", "tools_builtin", "rewards_builtin")
 
 

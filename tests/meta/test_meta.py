@@ -10,7 +10,7 @@ import pytest
 import agentfly_cli
 from agentfly_cli.plugin_host import hookspecs
 from agentfly_cli.plugin_host.plugins import hook_names
-from tests.conftest import REPO_ROOT
+from tests.helpers.paths import REPO_ROOT
 
 HOOKS = hook_names()
 
@@ -21,7 +21,7 @@ def test_there_are_hooks():
 
 def _test_function_names() -> set[str]:
     names = set()
-    for path in (REPO_ROOT / "tests").glob("test_*.py"):
+    for path in (REPO_ROOT / "tests").rglob("test_*.py"):  # tests/<concept>/test_*.py
         tree = ast.parse(path.read_text())
         names |= {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)}
     return names

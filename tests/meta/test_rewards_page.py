@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from agentfly_cli.trajectory import Trajectory
-from tests.test_rollout_engine import call, chat, make_engine  # noqa: F401
+from tests.rollout.test_rollout_engine import call, chat, make_engine  # noqa: F401
 
-PAGE = Path(__file__).resolve().parent.parent / "docs" / "rewards.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "rewards.md"
 
 
 def blocks() -> list[str]:

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO_ROOT
+from tests.helpers.paths import REPO_ROOT
 
 EXAMPLE = REPO_ROOT / "plugins" / "agentfly-plugin-example"
 BROKEN = REPO_ROOT / "tests" / "fixtures" / "agentfly-plugin-broken"

@@ -13,8 +13,8 @@ import pytest
 
 from agentfly_cli.errors import UserError
 from agentfly_cli.recipes.loader import load_config
-from tests.conftest import load_script
-from tests.recipe_checks import (
+from tests.helpers.paths import load_script
+from tests.helpers.recipe_checks import (
     SOLUTION_ROWS,
     agentfly,
     budget,
@@ -52,7 +52,7 @@ needs_stockfish = pytest.mark.skipif(
     "at /usr/games/stockfish)",
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "agentfly_cli" / "recipes" / "data" / "chess_puzzles.jsonl"
 ROWS = [json.loads(line) for line in DATA.read_text().splitlines() if line.strip()]
 M1 = next(r for r in ROWS if r["mate_in"] == 1)

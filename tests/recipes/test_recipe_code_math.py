@@ -16,8 +16,8 @@ from agentfly_cli.chat.parsers import get_parser
 from agentfly_cli.recipes.loader import load_config
 from envs_builtin.python_sandbox import PythonSandboxEnv, python
 from rewards_builtin.scoring import math_equal_score
-from tests.conftest import load_script
-from tests.recipe_checks import (
+from tests.helpers.paths import load_script
+from tests.helpers.recipe_checks import (
     SOLUTION_ROWS,
     budget,
     check_packaged_solutions_score,
@@ -27,11 +27,11 @@ from tests.recipe_checks import (
     needs_smollm2,
     scripted_rollout,
 )
-from tests.sandbox_modes import SANDBOX, SANDBOX_FLAGS
+from tests.helpers.sandbox_modes import SANDBOX, SANDBOX_FLAGS
 
 pytestmark = pytest.mark.filterwarnings("ignore::envs_builtin.python_sandbox.SandboxWarning")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "agentfly_cli" / "recipes" / "data" / "code_math.jsonl"
 ROWS = [json.loads(line) for line in DATA.read_text().splitlines() if line.strip()]
 CONFIG = load_config("code_math")

@@ -17,7 +17,7 @@ import pytest
 
 import agentfly_cli
 from agentfly_cli.errors import UserError
-from tests.recipe_checks import (
+from tests.helpers.recipe_checks import (
     TINY_TURN,
     check_short_training_run,
     check_tiny_model_rollout,

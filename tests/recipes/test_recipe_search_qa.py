@@ -16,7 +16,7 @@ import pytest
 
 from agentfly_cli.errors import UserError
 from agentfly_cli.recipes.loader import load_config
-from tests.recipe_checks import (
+from tests.helpers.recipe_checks import (
     SOLUTION_ROWS,
     budget,
     check_packaged_solutions_score,
@@ -43,7 +43,7 @@ from envs_builtin.search_env import (  # noqa: E402
     search,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "agentfly_cli" / "recipes" / "data"
 ROWS = [json.loads(x) for x in (DATA / "search_qa.jsonl").read_text().splitlines() if x.strip()]
 DOCS = {

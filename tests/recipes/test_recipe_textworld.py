@@ -12,7 +12,7 @@ import time
 import pytest
 
 from agentfly_cli.errors import UserError
-from tests.recipe_checks import (
+from tests.helpers.recipe_checks import (
     SOLUTION_ROWS,
     TINY_TURN,
     budget,

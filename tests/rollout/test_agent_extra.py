@@ -10,7 +10,7 @@ import pytest
 from agentfly_cli.errors import UserError
 from agentfly_cli.recipes.loader import load_config
 from agentfly_cli.rollout.from_settings import resolve_run
-from tests.test_cli_bad_input import agentfly, good, one_line_error  # noqa: F401
+from tests.cli.test_cli_bad_input import agentfly, good, one_line_error  # noqa: F401
 
 AGENT = "def agent(task, base_url):\n    return '5'\n"
 

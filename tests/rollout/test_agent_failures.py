@@ -22,7 +22,7 @@ from agentfly_cli.errors import UserError
 from agentfly_cli.rollout.agent_calls import AgentCaller, AgentFailed, failure_of, plain
 from agentfly_cli.rollout.outcome import check_some_chain_ran
 from agentfly_cli.trajectory import Trajectory, read_trajectories
-from tests.test_trainer import ON_CPU, recipe  # noqa: F401 (fixture)
+from tests.train.test_trainer import ON_CPU, recipe  # noqa: F401 (fixture)
 
 pytest.importorskip("openai", reason="the openai SDK is a dev dependency")
 

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from agentfly_cli.cli.app import build_app
 from agentfly_cli.trajectory import read_trajectories
-from tests.test_trainer import ON_CPU, recipe  # noqa: F401 (fixture)
+from tests.train.test_trainer import ON_CPU, recipe  # noqa: F401 (fixture)
 
 pytest.importorskip("openai", reason="the openai SDK is a dev dependency")
 

@@ -11,7 +11,7 @@ from agentfly_cli.errors import UserError
 from agentfly_cli.recipes.loader import load_config
 from agentfly_cli.rollout.tasks import held_out_indices, load_tasks
 from agentfly_cli.trajectory import read_trajectories
-from tests.recipe_checks import agentfly, write_jsonl
+from tests.helpers.recipe_checks import agentfly, write_jsonl
 
 RECIPES = ["calculator", "code_math", "search_qa", "chess_puzzles", "textworld", "scienceworld"]
 

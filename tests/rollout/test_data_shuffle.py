@@ -11,7 +11,7 @@ from agentfly_cli.recipes.loader import load_config
 from agentfly_cli.rollout.tasks import load_tasks
 from agentfly_cli.settings.train import EvalSettings
 from agentfly_cli.train.tasks.evaluation import split_tasks
-from tests.test_cli_bad_input import agentfly
+from tests.cli.test_cli_bad_input import agentfly
 
 KINDS = ("add", "sub", "mul")
 

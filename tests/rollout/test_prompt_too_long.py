@@ -9,7 +9,7 @@ import logging
 import subprocess
 import sys
 
-from tests.test_rollout_engine import chat, make_engine  # noqa: F401
+from tests.rollout.test_rollout_engine import chat, make_engine  # noqa: F401
 
 TASKS = [
     {"question": "What is 2 + 3?", "answer": "5"},

@@ -9,8 +9,8 @@ import pytest
 
 from agentfly_cli.errors import UserError
 from agentfly_cli.rollout.tasks import check_system_prompt, opening_messages
-from tests.test_cli_bad_input import agentfly, good, one_line_error, rollout_args  # noqa: F401
-from tests.test_rollout_engine import chat, make_engine  # noqa: F401
+from tests.cli.test_cli_bad_input import agentfly, good, one_line_error, rollout_args  # noqa: F401
+from tests.rollout.test_rollout_engine import chat, make_engine  # noqa: F401
 
 TASKS = [{"question": "2+3?", "answer": "5", "level": 1}, {"question": "1+1?", "answer": "2"}]
 

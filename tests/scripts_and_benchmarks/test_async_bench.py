@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.conftest import load_script
+from tests.helpers.paths import load_script
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from agentfly_cli.trajectory import ToolCallRecord, Trajectory, write_trajectories
-from tests.conftest import load_script
+from tests.helpers.paths import load_script
 
 pytest.importorskip("chess")
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tests.conftest import load_script
+from tests.helpers.paths import load_script
 
 SERVE_EXTRA = "the gateway needs the serve extra: pip install 'agentfly-cli[serve]'"
 pytest.importorskip("starlette", reason=SERVE_EXTRA)

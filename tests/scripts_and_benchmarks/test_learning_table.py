@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import load_script
+from tests.helpers.paths import load_script
 
 
 @pytest.fixture(scope="module")

@@ -14,8 +14,8 @@ import tarfile
 
 import pytest
 
-from tests.conftest import REPO_ROOT, load_script
-from tests.realdata_paths import COMPLETE, find_realdata, find_tokenizer, missing_reason
+from tests.helpers.paths import REPO_ROOT, load_script
+from tests.helpers.realdata_paths import COMPLETE, find_realdata, find_tokenizer, missing_reason
 
 
 def _load_script():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from agentfly_cli.trajectory import Trajectory, write_trajectories
-from tests.conftest import load_script
+from tests.helpers.paths import load_script
 
 QUESTION = "Your task is to find a(n) animal. First, focus on the thing."
 EXAMPLE = [  # the prompt's worked example: a right focus that is not the chain's

@@ -13,8 +13,9 @@ from agentfly_cli.recipes.loader import load_config
 from agentfly_cli.serve.app import build_app
 from agentfly_cli.serve.gateway import Gateway
 from agentfly_cli.serve.server import serving_in_thread
-from tests.conftest import REPO_ROOT, load_script, rollout_agent_example
-from tests.test_serve_capture import Replies
+from tests.helpers.agent_examples import rollout_agent_example
+from tests.helpers.paths import REPO_ROOT, load_script
+from tests.serve.test_serve_capture import Replies
 
 pytest.importorskip("langgraph", reason="langgraph is a dev dependency")
 pytest.importorskip("langchain_openai", reason="langchain-openai is a dev dependency")

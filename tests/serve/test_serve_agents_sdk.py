@@ -13,7 +13,7 @@ from agentfly_cli.chat.templates import ChatTemplate
 from agentfly_cli.serve.app import build_app
 from agentfly_cli.serve.gateway import Gateway
 from agentfly_cli.serve.server import serving_in_thread
-from tests.test_serve_capture import Replies, call
+from tests.serve.test_serve_capture import Replies, call
 
 agents = pytest.importorskip("agents", reason="the OpenAI Agents SDK is a dev dependency")
 

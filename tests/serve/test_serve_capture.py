@@ -16,7 +16,7 @@ from agentfly_cli.backends.base import Backend, Generation
 from agentfly_cli.chat.parsers import get_parser
 from agentfly_cli.chat.templates import ChatTemplate
 from agentfly_cli.serve.gateway import Gateway, RequestError
-from tests.test_chat_templates import TOOLS  # the calculator's schema
+from tests.chat.test_chat_templates import TOOLS  # the calculator's schema
 
 
 def call(name: str, **arguments) -> str:
@@ -199,7 +199,7 @@ def test_bad_requests_name_the_parameter(tiny_chat, body, param):
 
 
 def test_real_templates_keep_the_invariant_over_an_agent_episode(realdata):
-    from tests.test_rollout_realdata import load
+    from tests.rollout.test_rollout_realdata import load
 
     for case in ("qwen2.5", "qwen3-thinking", "smollm2-hermes"):
         chat = load(realdata, case)

@@ -11,8 +11,8 @@ from agentfly_cli.chat.templates import ChatTemplate
 from agentfly_cli.serve.app import build_app
 from agentfly_cli.serve.gateway import Gateway
 from agentfly_cli.serve.server import serving_in_thread
-from tests.test_serve_capture import call
-from tests.test_serve_streaming import Dribble
+from tests.serve.test_serve_capture import call
+from tests.serve.test_serve_streaming import Dribble
 
 pytest.importorskip("langgraph", reason="langgraph is a dev dependency")
 langchain_openai = pytest.importorskip("langchain_openai", reason="a dev dependency")

@@ -26,11 +26,11 @@ from agentfly_cli.serve.gateway import Gateway, RequestError
 from agentfly_cli.serve.limits import ServeLimits
 from agentfly_cli.serve.server import serving_in_thread
 from agentfly_cli.serve.streaming import ReplyStream
-from tests.test_serve_capture import Replies
+from tests.serve.test_serve_capture import Replies
 
 openai = pytest.importorskip("openai", reason="the openai SDK is a dev dependency")
 HI = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "serve.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "serve.md"
 
 
 @pytest.fixture(scope="module")

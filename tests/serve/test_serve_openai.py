@@ -14,7 +14,7 @@ from agentfly_cli.chat.templates import ChatTemplate
 from agentfly_cli.serve.app import build_app
 from agentfly_cli.serve.gateway import Gateway
 from agentfly_cli.serve.server import serving_in_thread
-from tests.test_serve_capture import TOOLS, Replies, call
+from tests.serve.test_serve_capture import TOOLS, Replies, call
 
 openai = pytest.importorskip("openai", reason="the openai SDK is a dev dependency")
 

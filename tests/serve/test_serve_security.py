@@ -19,8 +19,8 @@ from agentfly_cli.serve.app import build_app
 from agentfly_cli.serve.auth import Access
 from agentfly_cli.serve.gateway import Gateway
 from agentfly_cli.serve.server import serving_in_thread
-from tests.test_cli_bad_input import one_line_error
-from tests.test_serve_capture import Replies
+from tests.cli.test_cli_bad_input import one_line_error
+from tests.serve.test_serve_capture import Replies
 
 openai = pytest.importorskip("openai", reason="the openai SDK is a dev dependency")
 KEY = "k-" + "s3cret" * 4

@@ -15,7 +15,7 @@ from agentfly_cli.chat.parsers import get_parser
 from agentfly_cli.chat.templates import ChatTemplate
 from agentfly_cli.serve.gateway import Gateway
 from agentfly_cli.serve.streaming import ReplyStream, opens_in_think
-from tests.test_serve_capture import TOOLS, Replies, call
+from tests.serve.test_serve_capture import TOOLS, Replies, call
 
 
 class Dribble(Replies):
@@ -139,7 +139,7 @@ def test_a_format_without_markers_sends_its_text_whole_at_the_end(tiny_chat):
 
 
 def test_real_tokenizers_stream_the_parsed_reply(realdata, caplog):
-    from tests.test_rollout_realdata import load
+    from tests.rollout.test_rollout_realdata import load
 
     caplog.set_level(logging.WARNING, logger="agentfly_cli.serve.streaming")
     for case in ("qwen2.5", "qwen3-thinking", "smollm2-hermes"):
@@ -153,7 +153,7 @@ def test_real_tokenizers_stream_the_parsed_reply(realdata, caplog):
 
 
 def test_a_prompt_that_opens_a_think_block_streams_reasoning_first(realdata):
-    from tests.test_rollout_realdata import load
+    from tests.rollout.test_rollout_realdata import load
 
     chat = load(realdata, "qwen3-thinking")
     prompt = chat.encode_text("<|im_start|>assistant\n<think>\n")

@@ -10,7 +10,7 @@ import pytest
 from agentfly_cli.errors import UserError
 from agentfly_cli.plugin_host.loading import resolve_reward, resolve_tools
 from agentfly_cli.recipes.loader import load_config
-from tests.test_cli_bad_input import agentfly, one_line_error
+from tests.cli.test_cli_bad_input import agentfly, one_line_error
 
 REWARD = "def score(prediction, answer):\n    return float(prediction == answer)\n"
 TOOL = "def shout(text: str) -> str:\n    '''Shout.'''\n    return text.upper()\n"

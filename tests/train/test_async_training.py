@@ -20,7 +20,7 @@ from agentfly_cli.train.checkpoint import CheckpointManager
 from agentfly_cli.train.telemetry.step_progress import StepProgress
 from agentfly_cli.train.trainer import Trainer
 from agentfly_cli.trajectory import read_trajectories
-from tests.test_trainer import ON_CPU, make_config, recipe, weights  # noqa: F401 (fixture)
+from tests.train.test_trainer import ON_CPU, make_config, recipe, weights  # noqa: F401 (fixture)
 
 ASYNC_1 = ("trainer.mode=async", "trainer.max_staleness=1")
 

@@ -11,7 +11,7 @@ from agentfly_cli.settings.train import CurriculumSettings
 from agentfly_cli.train.tasks.curriculum import CurriculumStream, level_names, task_stream
 from agentfly_cli.train.tasks.stream import TaskStream
 from agentfly_cli.trajectory import read_trajectories
-from tests.recipe_checks import agentfly
+from tests.helpers.recipe_checks import agentfly
 
 ROWS = [{"id": f"t{i}", "level": 1 + i % 3} for i in range(30)]
 

@@ -3,7 +3,7 @@
 One torchrun launch runs every case (the first DeepSpeed start compiles its shm op, about 47 s,
 then cached). Each rank trains 2 optimizer steps of 2 micro-batches on its own data; the
 weights must equal a single-process torch run on the union of the data. This file is also the
-worker script: ``python -m torch.distributed.run ... tests/test_deepspeed.py OUT MODEL``.
+worker script: ``python -m torch.distributed.run ... tests/train/test_deepspeed.py OUT MODEL``.
 """
 
 from __future__ import annotations

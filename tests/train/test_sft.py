@@ -20,9 +20,9 @@ from agentfly_cli.train.sft.fine_tune import (
     train_rows,
 )
 from agentfly_cli.trajectory import Trajectory, read_trajectories
-from tests.recipe_checks import agentfly, write_jsonl
+from tests.helpers.recipe_checks import agentfly, write_jsonl
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CALCULATOR = ROOT / "agentfly_cli" / "recipes" / "data" / "calculator.jsonl"
 ROWS = [json.loads(line) for line in CALCULATOR.read_text().splitlines()[:24]]
 
@@ -218,7 +218,7 @@ def test_chains_of_another_vocabulary_are_refused(tiny_model, demos):
 def test_cli_sft_prints_no_tensorboard_warning_where_the_extra_is_missing(
     tiny_model, demos, tmp_path, monkeypatch, tensorboard
 ):
-    """As `train` (tests/test_meta.py): the default tensorboard sink is skipped quietly
+    """As `train` (tests/meta/test_meta.py): the default tensorboard sink is skipped quietly
     without the `tensorboard` extra; a run that names it is told."""
     import sys
 

@@ -25,7 +25,7 @@ from agentfly_cli.train.tasks.evaluation import (
 )
 from agentfly_cli.train.trainer import Trainer
 from agentfly_cli.trajectory import Trajectory, read_trajectories
-from tests.test_trainer import ON_CPU, make_config, recipe, weights  # noqa: F401 (fixture)
+from tests.train.test_trainer import ON_CPU, make_config, recipe, weights  # noqa: F401 (fixture)
 
 ROWS = [{"id": f"t{i}", "question": f"q{i}", "split": "test" if i % 4 == 0 else "train"}
         for i in range(20)]  # fmt: skip

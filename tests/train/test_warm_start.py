@@ -14,8 +14,8 @@ from agentfly_cli.rollout.tasks import load_tasks
 from agentfly_cli.settings.train import SolutionStep, WarmStartSettings
 from agentfly_cli.train.sft.warm_start import solution_responses, solution_script
 from agentfly_cli.trajectory import read_trajectories
-from tests.recipe_checks import agentfly
-from tests.sandbox_modes import SANDBOX_FLAGS
+from tests.helpers.recipe_checks import agentfly
+from tests.helpers.sandbox_modes import SANDBOX_FLAGS
 
 
 def test_a_solution_is_played_from_templates_and_list_fields():
