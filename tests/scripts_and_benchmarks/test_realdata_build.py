@@ -169,7 +169,7 @@ def test_tests_use_shared_then_the_built_folder_else_skip_naming_make_realdata(t
 
 
 def test_the_makefile_builds_the_folder_the_tests_look_in():
-    from tests import realdata_paths
+    from tests.helpers import realdata_paths
 
     makefile = (REPO_ROOT / "Makefile").read_text()
     relative = realdata_paths.BUILT.relative_to(REPO_ROOT).as_posix()
