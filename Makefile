@@ -29,7 +29,7 @@ help:
 	@echo "make install-deepspeed  add DeepSpeed for the deepspeed train backend"
 	@echo "make install-ray  add Ray for env pools on a Ray cluster (provider: ray)"
 	@echo "make demo       the main job (see README)"
-	@echo "make test       the test suite (fast tests; slow ones: make test-slow)"
+	@echo "make test       the test suite on every core (fast tests; serial: TEST_JOBS=0; slow ones: make test-slow)"
 	@echo "make lint       ruff"
 	@echo "make config-docs  regenerate docs/config.md from the settings models"
 	@echo "make bench-async  sync against async training on SmolLM2 (25-50 minutes)"
@@ -123,8 +123,11 @@ $(VENV)/.ray-installed: $(VENV)/.installed
 
 install-ray: $(VENV)/.ray-installed
 
+# `make test` runs the fast tests on every core (pytest-xdist), each test file whole on one
+# worker (--dist loadfile: module fixtures are built once). Serial: `make test TEST_JOBS=0`.
+TEST_JOBS ?= auto
 test: $(VENV)/.installed realdata-or-warn
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_JOBS) --dist loadfile
 
 test-slow: $(VENV)/.installed realdata-or-warn
 	$(PY) -m pytest -m slow

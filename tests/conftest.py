@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import textwrap
 import uuid
@@ -11,22 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.realdata_paths import SHARED as REALDATA_SHARED
-from tests.realdata_paths import find_realdata, find_tokenizer, missing_reason
+from tests.helpers.realdata_paths import find_realdata, missing_reason
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
-
-
-def load_script(relative_path: str):
-    """A script of the repository (benchmarks/, scripts/) imported as a module by its path."""
-    path = REPO_ROOT / relative_path
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(autouse=True)
@@ -73,11 +60,6 @@ def make_plugin(tmp_path, monkeypatch) -> Callable[..., str]:
     return make
 
 
-# The real tokenizers and templates: ../shared/realdata, else build/realdata (`make realdata`).
-# Where neither exists REALDATA names the shared folder, which does not exist.
-REALDATA = find_realdata() or REALDATA_SHARED
-
-
 @pytest.fixture(scope="session")
 def realdata() -> Path:
     """The real tokenizers and templates (skips, naming `make realdata`, where absent)."""
@@ -87,39 +69,12 @@ def realdata() -> Path:
     return folder
 
 
-def real_tokenizer(name: str) -> Path:
-    """One real tokenizer's folder (``deepseek_v3``, ``gpt_oss``, ``qwen3``, ...); skips, naming
-    `make realdata`, where absent (``../shared/realdata`` lacks the first two)."""
-    folder = find_tokenizer(name)
-    if folder is None:
-        pytest.skip(f"{name}: " + missing_reason())
-    return folder
-
-
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory) -> Path:
     """The tiny test model (2-layer Qwen2, local BPE tokenizer), built once per session."""
     from agentfly_cli.models.tiny import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny-model"))
-
-
-def rollout_agent_example(recipe: Path, out: Path) -> list[dict]:
-    """``agentfly rollout RECIPE --n 2 --limit 3`` of an agent example (SmolLM2: slow tests);
-    its six episodes, each checked to be token-exact and without error."""
-    import json
-
-    from typer.testing import CliRunner
-
-    from agentfly_cli.cli.app import build_app
-
-    result = CliRunner().invoke(build_app(), [
-        "rollout", str(recipe), "--n", "2", "--limit", "3", "--out", str(out), "--quiet",
-    ])  # fmt: skip
-    assert result.exit_code == 0, result.output
-    rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert len(rows) == 6 and all(row["token_exact"] and not row["error"] for row in rows)
-    return rows
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@
 Every field of a run config (a recipe, a YAML file, ``--set a.b=c``) with its type, default and
 description, one table per section; then every ``AGENTFLY_*`` environment variable. Regenerate
 the page with ``make config-docs`` (``python -m agentfly_cli.settings.reference > docs/config.md``);
-tests/test_config_reference.py fails when it is out of date or a field has no description.
+tests/meta/test_config_reference.py fails when it is out of date or a field has no description.
 """
 
 from __future__ import annotations

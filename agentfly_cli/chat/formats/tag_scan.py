@@ -3,7 +3,7 @@
 Hermes' ``<tool_call>...</tool_call>``, Qwen3-Coder's XML and DeepSeek-V3's call markers are
 read the same way: text, blocks, closing tags with no opening one (strays), and an opening tag
 never closed. Each tag is searched for once from where the scan stands, so a turn of a million
-stray tags costs one pass (tests/test_parser_limits.py).
+stray tags costs one pass (tests/chat/test_parser_limits.py).
 """
 
 from __future__ import annotations
