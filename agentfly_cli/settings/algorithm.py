@@ -1,7 +1,7 @@
 """How advantages and the policy loss are computed: ``trainer.algorithm``.
 
 The estimators and losses themselves are registered components
-(:mod:`agentfly_cli.train.algorithms.interfaces`); these settings only name them.
+(:mod:`agentfly_cli.algorithms.interfaces`); these settings only name them.
 """
 
 from __future__ import annotations

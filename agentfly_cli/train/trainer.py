@@ -15,17 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agentfly_cli.algorithms import interfaces as alg
 from agentfly_cli.chat.doctor import training_notes
 from agentfly_cli.errors import UserError
 from agentfly_cli.rollout.outcome import check_some_chain_ran
 from agentfly_cli.settings.run import RunSettings
-from agentfly_cli.train.algorithms import interfaces as alg
-from agentfly_cli.train.backends import distributed
-from agentfly_cli.train.backends.weight_sync import (
-    SharedModel,
-    build_rollout_backend,
-    choose_weight_sync,
-)
+from agentfly_cli.telemetry.signal_watch import FlatRewardWatch
+from agentfly_cli.telemetry.step_progress import StepProgress
 from agentfly_cli.train.checkpoint import CheckpointManager
 from agentfly_cli.train.plan import RunPlan, plan_run
 from agentfly_cli.train.run_checks import (
@@ -39,11 +35,15 @@ from agentfly_cli.train.steps.source import StepSource
 from agentfly_cli.train.steps.step_io import StepResult, StepRollouts
 from agentfly_cli.train.tasks.plan import TaskPlan
 from agentfly_cli.train.tasks.run_tasks import RunTasks
-from agentfly_cli.train.telemetry.signal_watch import FlatRewardWatch
-from agentfly_cli.train.telemetry.step_progress import StepProgress
 from agentfly_cli.train.tensors.logprobs import auto_chunk_size, logprob_temperature, split_model
 from agentfly_cli.train.tensors.step_batch import StepBatch
 from agentfly_cli.train.update import PolicyUpdate
+from agentfly_cli.train_backends import distributed
+from agentfly_cli.train_backends.weight_sync import (
+    SharedModel,
+    build_rollout_backend,
+    choose_weight_sync,
+)
 from agentfly_cli.trajectory import Trajectory
 
 if TYPE_CHECKING:
@@ -105,7 +105,7 @@ class Trainer:
     def _setup(self) -> None:
         from agentfly_cli.rollout.from_settings import assemble, resolve_run
         from agentfly_cli.runtime.malloc import return_freed_memory
-        from agentfly_cli.train.backends import build_train_backend
+        from agentfly_cli.train_backends import build_train_backend
 
         return_freed_memory()
 
@@ -151,7 +151,7 @@ class Trainer:
             self.plan.write(self.run_dir)
         self.reference = None
         if alg.needs_reference(self.algo):
-            from agentfly_cli.train.backends.base import load_reference_model
+            from agentfly_cli.train_backends.base import load_reference_model
 
             self.reference = load_reference_model(self.model_path, self.train)
         self.update = PolicyUpdate(
@@ -184,7 +184,7 @@ class Trainer:
         """Steps are numbered from 1: step N's rollouts, metrics and trajectories carry N, and
         so do the checkpoint and the held-out eval taken after it (0: the eval before step 1).
         """
-        from agentfly_cli.train.telemetry.sinks import training_telemetry
+        from agentfly_cli.telemetry.sinks import training_telemetry
 
         self._setup()
         settings = self.settings
@@ -296,7 +296,7 @@ class Trainer:
         return StepResult(step, self._step_metrics(metrics, timer, trajectories), batch is not None)
 
     def _step_metrics(self, metrics: dict[str, float], timer, trajectories) -> dict[str, float]:
-        from agentfly_cli.train.telemetry.metrics import gpu_memory_metrics, total_tokens
+        from agentfly_cli.telemetry.metrics import gpu_memory_metrics, total_tokens
 
         metrics.update(timer.metrics(total_tokens(trajectories) * self.train.world_size))
         metrics.update(gpu_memory_metrics())  # CUDA runs: the step's peak allocated memory

@@ -3,7 +3,7 @@ logprobs, advantages, then epochs x mini-batches of optimizer steps over micro-b
 
 :class:`PolicyUpdate` holds what the update needs (the train backend, the reference model, a
 value head for GAE) and reports its progress (micro-batches done of the total) to a
-:class:`~agentfly_cli.train.telemetry.step_progress.StepProgress`.
+:class:`~agentfly_cli.telemetry.step_progress.StepProgress`.
 """
 
 from __future__ import annotations
@@ -14,19 +14,19 @@ from typing import Any
 
 import torch
 
-from agentfly_cli.runtime.malloc import trim_heap
-from agentfly_cli.settings.run import RunSettings
-from agentfly_cli.train.algorithms import interfaces as alg
-from agentfly_cli.train.algorithms.value_head import Critic
-from agentfly_cli.train.algorithms.zero_advantage import (
+from agentfly_cli.algorithms import interfaces as alg
+from agentfly_cli.algorithms.value_head import Critic
+from agentfly_cli.algorithms.zero_advantage import (
     rows_with_gradient,
     zero_advantage_rows_are_inert,
 )
-from agentfly_cli.train.backends import distributed
-from agentfly_cli.train.telemetry.step_progress import StepProgress
+from agentfly_cli.runtime.malloc import trim_heap
+from agentfly_cli.settings.run import RunSettings
+from agentfly_cli.telemetry.step_progress import StepProgress
 from agentfly_cli.train.tensors.batch import MicroBatch, plan_micro_batches, scatter_rows
 from agentfly_cli.train.tensors.logprobs import SequenceBatch, sequence_logprobs
 from agentfly_cli.train.tensors.step_batch import StepBatch, trainable
+from agentfly_cli.train_backends import distributed
 from agentfly_cli.trajectory import Trajectory
 
 
@@ -66,7 +66,7 @@ def fill_advantages(
     rewards where ``algo`` puts it there and a ``reference`` model ran); its metrics."""
     token_rewards = None
     if reference and algo.kl_in_reward:
-        from agentfly_cli.train.algorithms import losses
+        from agentfly_cli.algorithms import losses
 
         token_rewards = losses.kl_token_rewards(
             batch.old_logprobs, batch.ref_logprobs, batch.mask, algo
@@ -322,7 +322,7 @@ class PolicyUpdate:
     ) -> torch.Tensor:
         """The loss of one micro-batch, normalised by its mini-batch's token and row counts so
         that the micro-batch losses sum to the mini-batch loss."""
-        from agentfly_cli.train.algorithms import losses
+        from agentfly_cli.algorithms import losses
 
         algo = self.algo
         width = batch.mask.shape[1]

@@ -245,7 +245,7 @@ def test_update_weights_waits_for_the_running_batch(backend, prompts):
 
 
 def test_each_generation_carries_the_version_of_the_weights_that_sampled_it(backend, prompts):
-    from agentfly_cli.train.backends.weight_sync import FullPush
+    from agentfly_cli.train_backends.weight_sync import FullPush
 
     class Train:  # what FullPush reads: the weights to push
         def sync_weights(self):
@@ -275,7 +275,7 @@ def test_each_generation_carries_the_version_of_the_weights_that_sampled_it(back
 def test_the_version_moves_only_as_the_push_stops_admissions(backend, monkeypatch):
     """Between the trainer moving ``policy_version`` and the new weights loading, the batch
     admits nothing: else a request would run on the old weights stamped with the new version."""
-    from agentfly_cli.train.backends.weight_sync import FullPush
+    from agentfly_cli.train_backends.weight_sync import FullPush
 
     class Train:
         def sync_weights(self):

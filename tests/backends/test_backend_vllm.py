@@ -226,7 +226,7 @@ class TestVLLMBackend:
         old version; a request sent once the version moved waits and runs on the new ones."""
         import torch
 
-        from agentfly_cli.train.backends.weight_sync import FullPush
+        from agentfly_cli.train_backends.weight_sync import FullPush
 
         prompt = prompts[1]
         before = run(backend.generate(prompt, GREEDY)).token_ids

@@ -159,7 +159,7 @@ def test_train_on_the_tiny_model_prints_no_tensorboard_warning(
 
 def test_a_run_that_names_the_tensorboard_sink_is_told_when_it_is_missing():
     from agentfly_cli.settings.train import TelemetrySettings
-    from agentfly_cli.train.telemetry.sinks import default_optional_sinks
+    from agentfly_cli.telemetry.sinks import default_optional_sinks
 
     assert default_optional_sinks(TelemetrySettings()) == ("tensorboard",)
     assert default_optional_sinks(TelemetrySettings(sinks=["jsonl", "tensorboard"])) == ()

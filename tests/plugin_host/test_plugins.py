@@ -136,7 +136,7 @@ def test_hook_register_train_backends(make_plugin, tiny_model, tmp_path):
 from agentfly_cli import hookimpl
 
 def make_marked(model_path, config):
-    from agentfly_cli.train.backends.torch_backend import TorchBackend
+    from agentfly_cli.train_backends.torch_backend import TorchBackend
 
     backend = TorchBackend(model_path, config)
     backend.built_by_plugin = True

@@ -15,10 +15,10 @@ from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 from agentfly_cli.cli.app import build_app
-from agentfly_cli.train.backends.weight_sync import FullPush, WeightSyncTimeout
+from agentfly_cli.telemetry.step_progress import StepProgress
 from agentfly_cli.train.checkpoint import CheckpointManager
-from agentfly_cli.train.telemetry.step_progress import StepProgress
 from agentfly_cli.train.trainer import Trainer
+from agentfly_cli.train_backends.weight_sync import FullPush, WeightSyncTimeout
 from agentfly_cli.trajectory import read_trajectories
 from tests.train.test_trainer import ON_CPU, make_config, recipe, weights  # noqa: F401 (fixture)
 

@@ -279,8 +279,8 @@ def test_cli_errors_are_one_line_with_exit_2(demos, tmp_path, arguments, message
 
 
 def test_sft_settings_that_name_the_tensorboard_sink_are_told_when_it_is_missing():
+    from agentfly_cli.telemetry.sinks import default_optional_sinks
     from agentfly_cli.train.sft.fine_tune import build_settings
-    from agentfly_cli.train.telemetry.sinks import default_optional_sinks
 
     assert default_optional_sinks(build_settings().telemetry) == ("tensorboard",)
     named = build_settings(["telemetry.sinks=[jsonl,tensorboard]"]).telemetry

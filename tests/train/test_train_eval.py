@@ -14,12 +14,12 @@ from agentfly_cli.errors import UserError
 from agentfly_cli.recipes.loader import load_config
 from agentfly_cli.settings.run import DataSettings
 from agentfly_cli.settings.train import EvalSettings
+from agentfly_cli.telemetry.eval_line import format_eval_line
 from agentfly_cli.train.tasks.evaluation import (
     EVAL_TASKS_FILE,
     EvalSplit,
     HeldOutEval,
     eval_metrics,
-    format_eval_line,
     split_tasks,
     task_results,
 )

@@ -9,10 +9,10 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from agentfly_cli.algorithms import losses
+from agentfly_cli.algorithms.advantages import grpo_advantages
+from agentfly_cli.algorithms.interfaces import AdvantageInput
 from agentfly_cli.settings.algorithm import AlgorithmSettings
-from agentfly_cli.train.algorithms import losses
-from agentfly_cli.train.algorithms.advantages import grpo_advantages
-from agentfly_cli.train.algorithms.interfaces import AdvantageInput
 from agentfly_cli.train.tensors.batch import (
     TrainRow,
     plan_micro_batches,

@@ -326,7 +326,7 @@ def test_one_step_numbering_everywhere(recipe, tmp_path):
     checkpoints and the plot; a held-out eval carries the steps done (0: before step 1)."""
     import io
 
-    from agentfly_cli.train.telemetry.sinks import read_metrics
+    from agentfly_cli.telemetry.sinks import read_metrics
 
     run_dir = tmp_path / "run"
     config = make_config(
@@ -365,7 +365,7 @@ def test_one_step_numbering_everywhere(recipe, tmp_path):
         }
         assert {g.split(":")[0] for g in groups} == {f"s{step}"}
     assert CheckpointManager(run_dir).steps() == [1, 2, 3]
-    from agentfly_cli.train.telemetry.sinks import plot_figure
+    from agentfly_cli.telemetry.sinks import plot_figure
 
     reward_axis = plot_figure(records).axes[0]
     train_line, eval_line = reward_axis.get_lines()
@@ -375,7 +375,7 @@ def test_one_step_numbering_everywhere(recipe, tmp_path):
 
 
 def test_progress_inside_a_step_counts_chains_tokens_and_micro_batches(recipe, tmp_path):
-    from agentfly_cli.train.telemetry.step_progress import StepProgress
+    from agentfly_cli.telemetry.step_progress import StepProgress
 
     class Recorder(StepProgress):
         def __init__(self):

@@ -187,8 +187,8 @@ class SFTRunner:
 
     def __init__(self, model_dir: Path, settings: SFTSettings) -> None:
         from agentfly_cli.runtime.malloc import return_freed_memory
-        from agentfly_cli.train.backends import build_train_backend
         from agentfly_cli.train.tensors.logprobs import auto_chunk_size, split_model
+        from agentfly_cli.train_backends import build_train_backend
 
         return_freed_memory()
         self.settings = settings
@@ -328,7 +328,7 @@ def fine_tune(
     (a failed run leaves ``out`` as it was)."""
     from agentfly_cli.chat.tokenizer_loading import load_tokenizer
     from agentfly_cli.models.resolve import resolve_model
-    from agentfly_cli.train.telemetry.sinks import Telemetry, default_optional_sinks
+    from agentfly_cli.telemetry.sinks import Telemetry, default_optional_sinks
 
     if settings.backend.name != "torch":
         raise UserError(

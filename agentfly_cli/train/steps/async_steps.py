@@ -39,8 +39,8 @@ class AsyncSteps:
         trainer.progress.companions.append(self.producer.live_line)
 
     async def step(self, step: int) -> dict[str, float]:
+        from agentfly_cli.telemetry.metrics import StepTimer, rollout_metrics
         from agentfly_cli.train.steps.step_io import StepRollouts
-        from agentfly_cli.train.telemetry.metrics import StepTimer, rollout_metrics
 
         trainer, producer = self.trainer, self.producer
         timer = StepTimer()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from agentfly_cli.train.telemetry.metrics import StepTimer
+from agentfly_cli.telemetry.metrics import StepTimer
 from agentfly_cli.trajectory import Trajectory
 
 

@@ -15,8 +15,8 @@ class SyncSteps:
         self.trainer = trainer
 
     async def step(self, step: int) -> dict[str, float]:
+        from agentfly_cli.telemetry.metrics import StepTimer, rollout_metrics
         from agentfly_cli.train.steps.step_io import StepRollouts
-        from agentfly_cli.train.telemetry.metrics import StepTimer, rollout_metrics
 
         trainer = self.trainer
         timer = StepTimer()

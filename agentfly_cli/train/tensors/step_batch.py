@@ -8,11 +8,11 @@ from dataclasses import dataclass
 
 import torch
 
+from agentfly_cli.algorithms import interfaces as alg
+from agentfly_cli.algorithms.interfaces import TurnSpan
+from agentfly_cli.algorithms.turn_credit import turn_spans
 from agentfly_cli.errors import UserError
 from agentfly_cli.settings.algorithm import AlgorithmSettings
-from agentfly_cli.train.algorithms import interfaces as alg
-from agentfly_cli.train.algorithms.interfaces import TurnSpan
-from agentfly_cli.train.algorithms.turn_credit import turn_spans
 from agentfly_cli.train.tensors.batch import TrainRow, token_matrix, trained_mask
 from agentfly_cli.trajectory import Trajectory
 

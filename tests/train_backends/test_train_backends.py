@@ -11,8 +11,8 @@ import torch
 
 from agentfly_cli.errors import UserError
 from agentfly_cli.settings.train_backend import LoraSettings
-from agentfly_cli.train.backends import TrainBackendSettings, build_train_backend
-from agentfly_cli.train.backends.base import lr_factor
+from agentfly_cli.train_backends import TrainBackendSettings, build_train_backend
+from agentfly_cli.train_backends.base import lr_factor
 
 CPU = {"device": "cpu", "dtype": "float32"}
 

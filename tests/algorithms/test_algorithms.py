@@ -11,25 +11,21 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from agentfly_cli.errors import ComponentConflictError, UnknownComponentError, UserError
-from agentfly_cli.plugin_host.plugins import HOOK_KINDS, load_plugins, set_plugin_host
-from agentfly_cli.plugin_host.registry import KINDS
-from agentfly_cli.settings.algorithm import AlgorithmSettings
-from agentfly_cli.train.algorithms.advantages import (
+from agentfly_cli.algorithms.advantages import (
     gae_advantages,
     grpo_advantages,
     reinforce_pp_advantages,
     reinforce_pp_baseline_advantages,
     rloo_advantages,
 )
-from agentfly_cli.train.algorithms.interfaces import (
+from agentfly_cli.algorithms.interfaces import (
     AdvantageInput,
     get_advantage_estimator,
     get_policy_loss,
     needs_reference,
     zero_variance_groups,
 )
-from agentfly_cli.train.algorithms.losses import (
+from agentfly_cli.algorithms.losses import (
     aggregate_loss,
     batch_counts,
     entropy_from_logits,
@@ -42,6 +38,10 @@ from agentfly_cli.train.algorithms.losses import (
     tis_weights,
     value_loss,
 )
+from agentfly_cli.errors import ComponentConflictError, UnknownComponentError, UserError
+from agentfly_cli.plugin_host.plugins import HOOK_KINDS, load_plugins, set_plugin_host
+from agentfly_cli.plugin_host.registry import KINDS
+from agentfly_cli.settings.algorithm import AlgorithmSettings
 
 EPS = 1e-6
 LN = math.log
@@ -213,7 +213,7 @@ def test_batch_whitening_of_equal_returns_is_exactly_zero(dtype, reward):
 
 
 def test_group_statistics_are_float64_and_exact_for_equal_members():
-    from agentfly_cli.train.algorithms.advantages import group_stats
+    from agentfly_cli.algorithms.advantages import group_stats
 
     scores = torch.tensor([0.7] * 8 + [1e6 + 0.5, 1e6 + 1.5], dtype=torch.float32)
     count, mean, std = group_stats(scores, ["a"] * 8 + ["b", "b"])
@@ -569,7 +569,7 @@ def test_loading_the_builtin_algorithms_does_not_import_torch():
     code = (
         "import sys\n"
         "from agentfly_cli.plugin_host.plugins import load_plugins\n"
-        "from agentfly_cli.train.algorithms.interfaces import AlgorithmSettings\n"
+        "from agentfly_cli.algorithms.interfaces import AlgorithmSettings\n"
         "host = load_plugins(only={'agentfly-cli'})\n"
         "assert 'grpo' in host.components.advantages, host.plugins\n"
         "print('torch' in sys.modules)\n"
@@ -584,7 +584,7 @@ from agentfly_cli import hookimpl
 
 def max_baseline(data, config):
     '''Reward minus the best reward of the group.'''
-    from agentfly_cli.train.algorithms.interfaces import AdvantageOutput
+    from agentfly_cli.algorithms.interfaces import AdvantageOutput
 
     best = {}
     for key, reward in zip(data.group_ids, data.rewards.tolist()):

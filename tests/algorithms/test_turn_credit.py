@@ -1,4 +1,4 @@
-"""GiGPO's credit per turn (agentfly_cli/train/algorithms/turn_credit.py): turn spans read from
+"""GiGPO's credit per turn (agentfly_cli/algorithms/turn_credit.py): turn spans read from
 trajectories, step groups of turns that answered the same state, and the advantages."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import math
 import pytest
 import torch
 
+from agentfly_cli.algorithms.advantages import grpo_advantages
+from agentfly_cli.algorithms.interfaces import AdvantageInput, get_advantage_estimator
+from agentfly_cli.algorithms.turn_credit import gigpo_advantages, turn_spans
 from agentfly_cli.settings.algorithm import AlgorithmSettings
-from agentfly_cli.train.algorithms.advantages import grpo_advantages
-from agentfly_cli.train.algorithms.interfaces import AdvantageInput, get_advantage_estimator
-from agentfly_cli.train.algorithms.turn_credit import gigpo_advantages, turn_spans
 from agentfly_cli.train.tensors.batch import TrainRow, trained_mask
 from agentfly_cli.trajectory import Trajectory
 

@@ -21,9 +21,9 @@ from collections.abc import Hashable
 
 import torch
 
+from agentfly_cli.algorithms.advantages import group_normalised, mask_and_scores, output_dtype
+from agentfly_cli.algorithms.interfaces import AdvantageInput, AdvantageOutput, TurnSpan
 from agentfly_cli.settings.algorithm import AlgorithmSettings
-from agentfly_cli.train.algorithms.advantages import group_normalised, mask_and_scores, output_dtype
-from agentfly_cli.train.algorithms.interfaces import AdvantageInput, AdvantageOutput, TurnSpan
 from agentfly_cli.trajectory import Trajectory
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from agentfly_cli.train.backends import distributed
+from agentfly_cli.train_backends import distributed
 
 
 class ValueHead(torch.nn.Module):

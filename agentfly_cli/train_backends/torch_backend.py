@@ -14,7 +14,7 @@ from typing import Any
 
 from agentfly_cli.errors import UserError
 from agentfly_cli.runtime.malloc import keep_freed_memory
-from agentfly_cli.train.backends.base import (
+from agentfly_cli.train_backends.base import (
     TrainBackend,
     TrainBackendSettings,
     atomic_torch_save,
@@ -149,7 +149,7 @@ class TorchBackend(TrainBackend):
 
         Live tensors change at the next ``step()``: copy what must outlive it.
         """
-        from agentfly_cli.train.backends.lora import adapter_state, lora_parameters
+        from agentfly_cli.train_backends.lora import adapter_state, lora_parameters
 
         if not self.lora:
             return iter_weights(self.model)

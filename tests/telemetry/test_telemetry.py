@@ -12,20 +12,20 @@ import types
 import pytest
 
 from agentfly_cli.errors import UserError
-from agentfly_cli.train.telemetry.metrics import (
+from agentfly_cli.telemetry.metrics import (
     StepTimer,
     groups_with_spread,
     rollout_metrics,
     total_tokens,
 )
-from agentfly_cli.train.telemetry.sinks import (
+from agentfly_cli.telemetry.sinks import (
     Telemetry,
     format_step_line,
     plot_metrics,
     read_metrics,
     training_bar_fields,
 )
-from agentfly_cli.train.telemetry.step_progress import StepProgress
+from agentfly_cli.telemetry.step_progress import StepProgress
 from agentfly_cli.trajectory import FINISH_REASONS, ToolCallRecord, Trajectory
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -357,7 +357,7 @@ def test_format_step_line_skips_missing():
 
 def test_import_does_not_load_torch():
     code = (
-        "import sys, agentfly_cli.train.telemetry.sinks, agentfly_cli.train.telemetry.metrics; "
+        "import sys, agentfly_cli.telemetry.sinks, agentfly_cli.telemetry.metrics; "
         "print(sorted(m for m in ('torch', 'matplotlib', 'wandb', 'tensorboard') "
         "if m in sys.modules))"
     )
@@ -454,7 +454,7 @@ def test_no_kl_column_when_the_run_has_no_kl(tmp_path):
 
 
 def test_gpu_memory_metrics_read_and_reset_the_cuda_peak(monkeypatch):
-    from agentfly_cli.train.telemetry.metrics import gpu_memory_metrics
+    from agentfly_cli.telemetry.metrics import gpu_memory_metrics
 
     resets = []
     cuda = types.SimpleNamespace(
@@ -470,7 +470,7 @@ def test_gpu_memory_metrics_read_and_reset_the_cuda_peak(monkeypatch):
 def test_gpu_memory_metrics_are_empty_and_start_nothing_without_cuda(monkeypatch):
     import torch
 
-    from agentfly_cli.train.telemetry.metrics import gpu_memory_metrics
+    from agentfly_cli.telemetry.metrics import gpu_memory_metrics
 
     # torch imported, CUDA never initialised (on a GPU machine other tests in this process may
     # have initialised it: hide that)

@@ -29,7 +29,7 @@ ADVANTAGES = {
     ),
     "gae": ("gae_advantages", "PPO's GAE with a value head (gamma, lam)", {"needs_values": True}),
     "gigpo": (
-        "agentfly_cli.train.algorithms.turn_credit:gigpo_advantages",
+        "agentfly_cli.algorithms.turn_credit:gigpo_advantages",
         "GiGPO: GRPO plus credit per turn, in groups of turns that answered the same state",
         GROUP,
     ),
@@ -55,10 +55,8 @@ def lazy(module: str, attribute: str, description: str) -> Callable[..., Any]:
 def register_algorithms(register):
     for name, (attribute, description, traits) in ADVANTAGES.items():
         module, _, attribute = attribute.rpartition(":")
-        function = lazy(
-            module or "agentfly_cli.train.algorithms.advantages", attribute, description
-        )
+        function = lazy(module or "agentfly_cli.algorithms.advantages", attribute, description)
         register("advantage", name, function, description, **traits)
     for name, (attribute, description) in POLICY_LOSSES.items():
-        function = lazy("agentfly_cli.train.algorithms.losses", attribute, description)
+        function = lazy("agentfly_cli.algorithms.losses", attribute, description)
         register("policy_loss", name, function, description)

@@ -3,7 +3,8 @@
 One torchrun launch runs every case (the first DeepSpeed start compiles its shm op, about 47 s,
 then cached). Each rank trains 2 optimizer steps of 2 micro-batches on its own data; the
 weights must equal a single-process torch run on the union of the data. This file is also the
-worker script: ``python -m torch.distributed.run ... tests/train/test_deepspeed.py OUT MODEL``.
+worker script:
+``python -m torch.distributed.run ... tests/train_backends/test_deepspeed.py OUT MODEL``.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ COMMON = {
 
 
 def settings(case: str, name: str):
-    from agentfly_cli.train.backends import TrainBackendSettings
+    from agentfly_cli.train_backends import TrainBackendSettings
 
     return TrainBackendSettings(name=name, **COMMON, **CASES[case])
 
@@ -66,7 +67,7 @@ def initial_lora_state(model: Path) -> dict:
     """A LoRA model state with non-zero B (so the first step moves A too), fixed by a seed."""
     import torch
 
-    from agentfly_cli.train.backends import build_train_backend
+    from agentfly_cli.train_backends import build_train_backend
 
     torch.manual_seed(7)
     backend = build_train_backend(model, settings("zero3-lora", "torch"))
@@ -84,7 +85,7 @@ def worker(out: Path, model: Path) -> None:
     """Every case on this rank: train, sync, checkpoint round trip, save the model."""
     import torch
 
-    from agentfly_cli.train.backends import build_train_backend
+    from agentfly_cli.train_backends import build_train_backend
 
     torch.manual_seed(0)
     rank = int(os.environ["RANK"])
@@ -159,7 +160,7 @@ def reference(tiny_model):
     """The torch backend on the union of the ranks' data, one micro-batch per step."""
     import torch
 
-    from agentfly_cli.train.backends import build_train_backend
+    from agentfly_cli.train_backends import build_train_backend
 
     results = {}
     for case in CASES:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from agentfly_cli.errors import UserError
-from agentfly_cli.train.backends.base import (
+from agentfly_cli.train_backends.base import (
     TrainBackend,
     TrainBackendSettings,
     iter_weights,
@@ -33,7 +33,7 @@ from agentfly_cli.train.backends.base import (
     trainable_parameters,
     write_hf_folder,
 )
-from agentfly_cli.train.backends.torch_backend import grad_norm, make_adamw
+from agentfly_cli.train_backends.torch_backend import grad_norm, make_adamw
 
 INSTALL_HINT = "pip install 'deepspeed>=0.19.8' (or `make install-deepspeed`)"
 CHECKPOINT_TAG = "deepspeed"
@@ -226,7 +226,7 @@ class DeepSpeedBackend(TrainBackend):
         Under ZeRO-3 every rank must call it (the gathers are collective) and gets whole CPU
         copies. Below stage 3 the tensors are live.
         """
-        from agentfly_cli.train.backends.lora import adapter_state, lora_parameters
+        from agentfly_cli.train_backends.lora import adapter_state, lora_parameters
 
         module = self.engine.module
         gather = self._gather()
@@ -332,7 +332,7 @@ class DeepSpeedBackend(TrainBackend):
 
     def save_adapter(self, folder: str | Path) -> None:
         """The LoRA adapter as a PEFT folder, written by rank 0 (every rank must call it)."""
-        from agentfly_cli.train.backends.lora import lora_parameters, save_adapter_folder
+        from agentfly_cli.train_backends.lora import lora_parameters, save_adapter_folder
 
         if not self.lora:
             super().save_adapter(folder)

@@ -18,8 +18,8 @@ from collections.abc import Hashable, Sequence
 
 import torch
 
+from agentfly_cli.algorithms.interfaces import AdvantageInput, AdvantageOutput
 from agentfly_cli.settings.algorithm import AlgorithmSettings
-from agentfly_cli.train.algorithms.interfaces import AdvantageInput, AdvantageOutput
 
 
 def grpo_advantages(data: AdvantageInput, config: AlgorithmSettings) -> AdvantageOutput:

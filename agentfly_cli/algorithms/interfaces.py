@@ -1,8 +1,8 @@
 """The RL algorithm settings, the estimator/loss interfaces, and their lookup by name.
 
 This module does not import torch, so configs can be built and validated cheaply. The
-estimators live in :mod:`agentfly_cli.train.algorithms.advantages`, the losses in
-:mod:`agentfly_cli.train.algorithms.losses`; both are registered (like a plugin's) through the
+estimators live in :mod:`agentfly_cli.algorithms.advantages`, the losses in
+:mod:`agentfly_cli.algorithms.losses`; both are registered (like a plugin's) through the
 ``register_algorithms`` hook and found by :func:`get_advantage_estimator` and
 :func:`get_policy_loss`.
 """

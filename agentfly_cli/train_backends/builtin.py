@@ -1,7 +1,7 @@
 """The built-in train backends, registered through the same hook a plugin would use.
 
 A train backend factory takes ``(model_path, config: TrainBackendSettings)`` and returns a
-:class:`~agentfly_cli.train.backends.base.TrainBackend`; torch and DeepSpeed load only when a
+:class:`~agentfly_cli.train_backends.base.TrainBackend`; torch and DeepSpeed load only when a
 backend is built. (An FSDP backend, say, is a plugin with one ``register_train_backends``.)
 """
 
@@ -11,13 +11,13 @@ from agentfly_cli.plugin_host.hookspecs import hookimpl
 
 
 def make_torch(model_path, config):
-    from agentfly_cli.train.backends.torch_backend import TorchBackend
+    from agentfly_cli.train_backends.torch_backend import TorchBackend
 
     return TorchBackend(model_path, config)
 
 
 def make_deepspeed(model_path, config):
-    from agentfly_cli.train.backends.deepspeed_backend import DeepSpeedBackend
+    from agentfly_cli.train_backends.deepspeed_backend import DeepSpeedBackend
 
     return DeepSpeedBackend(model_path, config)
 

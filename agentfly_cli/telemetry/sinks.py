@@ -22,7 +22,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.text import Text
 
 from agentfly_cli.errors import UserError
-from agentfly_cli.train.telemetry.step_progress import StepProgress
+from agentfly_cli.telemetry.step_progress import StepProgress
 
 SINKS = ("jsonl", "tensorboard", "wandb")
 METRICS_FILE = "metrics.jsonl"
@@ -267,7 +267,7 @@ class Telemetry:
     def log_eval(self, updates: int, metrics: Mapping[str, Any]) -> None:
         """Write held-out eval metrics (``eval/*``) taken after ``updates`` steps to every sink,
         as their own record, and print one line."""
-        from agentfly_cli.train.tasks.evaluation import format_eval_line
+        from agentfly_cli.telemetry.eval_line import format_eval_line
 
         scalars = self._write(int(updates), metrics)
         if self._show:

@@ -1,7 +1,7 @@
 """Train backends: the policy model, its optimizer and LR schedule (torch or DeepSpeed).
 
 The names below import on first use, so that loading the built-in train backends' plugin
-module (``agentfly_cli.train.backends.builtin``) stays cheap.
+module (``agentfly_cli.train_backends.builtin``) stays cheap.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from agentfly_cli.plugin_host.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
     from agentfly_cli.settings.train_backend import LoraSettings, TrainBackendSettings
-    from agentfly_cli.train.backends.base import TrainBackend
+    from agentfly_cli.train_backends.base import TrainBackend
 
 _EXPORTS = {
     "LoraSettings": "agentfly_cli.settings.train_backend",
     "TrainBackendSettings": "agentfly_cli.settings.train_backend",
-    "TrainBackend": "agentfly_cli.train.backends.base",
+    "TrainBackend": "agentfly_cli.train_backends.base",
 }
 
 
@@ -27,7 +27,7 @@ def build_train_backend(
 ) -> TrainBackend:
     """Load the model folder into the train backend registered as ``config.name`` (from
     ``host``, default: the installed plugins); an unknown name is a one-line error."""
-    from agentfly_cli.train.backends.base import check_schedule
+    from agentfly_cli.train_backends.base import check_schedule
 
     check_schedule(config)
     if host is None:

@@ -123,7 +123,7 @@ def prepare_model(model: Any, config: TrainBackendSettings):
     if config.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if config.lora is not None:
-        from agentfly_cli.train.backends.lora import wrap_lora
+        from agentfly_cli.train_backends.lora import wrap_lora
 
         model = wrap_lora(model, config.lora, gradient_checkpointing=config.gradient_checkpointing)
     model.train()
@@ -151,7 +151,7 @@ def iter_weights(
     layer into its base weight (the name of the base layer's weight, adapters skipped).
     """
     if merge_lora:
-        from agentfly_cli.train.backends.lora import is_lora_layer, merged_layer_weights
+        from agentfly_cli.train_backends.lora import is_lora_layer, merged_layer_weights
 
         if is_lora_layer(root):
             yield from merged_layer_weights(root, prefix, gather)
