@@ -62,10 +62,10 @@ class _Row:
 
 
 def build_update(model_dir, skip: bool):
+    from agentfly_cli.algorithms.interfaces import get_advantage_estimator, get_policy_loss
     from agentfly_cli.settings.run import RunSettings
-    from agentfly_cli.train.algorithms.interfaces import get_advantage_estimator, get_policy_loss
-    from agentfly_cli.train.backends import build_train_backend
     from agentfly_cli.train.update import PolicyUpdate
+    from agentfly_cli.train_backends import build_train_backend
 
     config = RunSettings.model_validate(
         {

@@ -106,9 +106,9 @@ def same_rows(model_path: str) -> dict:
     import torch
     from transformers import AutoTokenizer
 
+    from agentfly_cli.algorithms.advantages import grpo_advantages
+    from agentfly_cli.algorithms.interfaces import AdvantageInput
     from agentfly_cli.settings.algorithm import AlgorithmSettings
-    from agentfly_cli.train.algorithms.advantages import grpo_advantages
-    from agentfly_cli.train.algorithms.interfaces import AdvantageInput
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     prompts = []
@@ -138,11 +138,10 @@ def agentfly_same_rows(model_path: str, rows: dict, steps: int) -> list[float]:
     """Seconds per update of agentfly's update path on ``rows``."""
     import torch
 
+    from agentfly_cli.algorithms import losses
     from agentfly_cli.settings.algorithm import AlgorithmSettings
     from agentfly_cli.settings.train import TrainerSettings
     from agentfly_cli.settings.train_backend import TrainBackendSettings
-    from agentfly_cli.train.algorithms import losses
-    from agentfly_cli.train.backends import build_train_backend
     from agentfly_cli.train.tensors.batch import (
         TrainRow,
         plan_micro_batches,
@@ -150,6 +149,7 @@ def agentfly_same_rows(model_path: str, rows: dict, steps: int) -> list[float]:
         trained_mask,
     )
     from agentfly_cli.train.tensors.logprobs import sequence_logprobs
+    from agentfly_cli.train_backends import build_train_backend
 
     config = TrainBackendSettings(device="cpu", dtype="float32", lr=LR, lr_schedule="constant")
     backend = build_train_backend(model_path, config)
