@@ -171,9 +171,11 @@ def load_config(
         source = str(path)
         _anchor_paths(data, path.parent)
     recipe_data = dict(data.get("data") or {})
+    recipe_eval_holdout = _eval_holdout(data)
     apply_values(data, fields)
     apply_overrides(data, list(overrides or []))
     _holdout_stays_with_its_file(data, recipe_data)
+    _later_holdout_wins(data, recipe_data, recipe_eval_holdout)
     return validate_settings(RunSettings, data, source)
 
 
@@ -186,6 +188,32 @@ def _holdout_stays_with_its_file(data: dict[str, Any], recipe_data: dict[str, An
     for key in ("holdout", "holdout_seed"):
         if key in recipe_data and section.get(key) == recipe_data[key]:
             del section[key]
+
+
+def _eval_holdout(data: Mapping[str, Any]) -> Any:
+    """``trainer.eval.holdout`` in ``data`` (None when unset)."""
+    trainer = data.get("trainer")
+    held_out = trainer.get("eval") if isinstance(trainer, Mapping) else None
+    return held_out.get("holdout") if isinstance(held_out, Mapping) else None
+
+
+def _later_holdout_wins(
+    data: dict[str, Any], recipe_data: dict[str, Any], recipe_eval_holdout: Any
+) -> None:
+    """``trainer.eval.holdout`` is an alias of ``data.holdout``: when flags or ``--set`` give
+    one of the two and leave the recipe's value of the other, theirs replaces the recipe's (so
+    ``--set trainer.eval.holdout=0.25`` on a recipe with ``data.holdout: 0.1`` holds out 0.25).
+    Two different values given in the same place are left to the settings' one-line error."""
+    section = data.get("data")
+    eval_holdout = _eval_holdout(data)
+    if not isinstance(section, dict) or eval_holdout is None:
+        return
+    eval_given = eval_holdout != recipe_eval_holdout
+    data_given = section.get("holdout") != recipe_data.get("holdout")
+    if eval_given and not data_given:
+        section.pop("holdout", None)
+    elif data_given and not eval_given:
+        del data["trainer"]["eval"]["holdout"]
 
 
 def _anchor_paths(data: dict[str, Any], base: Path) -> None:

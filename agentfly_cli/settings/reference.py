@@ -32,10 +32,10 @@ Each seed decides one thing, and nothing else reads it:
 
 - `rollout.seed`: sampling. Each request's seed is derived from it, the task's position in the
   run, the chain and the turn (`null`: unseeded).
-- `trainer.seed` (and `agentfly sft`'s `seed`): the order of tasks and mini-batches, and the
-  `trainer.eval.holdout` split.
-- `data.holdout_seed`: which tasks a recipe holds out of every phase (fixed per recipe,
-  whatever the other seeds).
+- `trainer.seed` (and `agentfly sft`'s `seed`): the order of tasks and mini-batches (and
+  `agentfly sft`'s `holdout` share).
+- `data.holdout_seed`: which tasks a recipe holds out of every phase (`data.holdout`, and its
+  deprecated alias `trainer.eval.holdout`; fixed per recipe, whatever the other seeds).
 - `backend.seed`: hf: the requests that carry no seed (only when `rollout.seed` is `null`);
   vllm: the engine's seed.
 """

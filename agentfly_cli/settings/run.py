@@ -180,14 +180,38 @@ class RunSettings(BaseModel):
         return value
 
     @model_validator(mode="after")
+    def _eval_holdout_is_data_holdout(self) -> RunSettings:
+        """``trainer.eval.holdout``: a deprecated alias of ``data.holdout`` (moved there, drawn
+        by ``data.holdout_seed``; 0 left behind). Two different non-zero values are an error
+        (the loader lets a later layer's value replace the recipe's, see
+        :func:`agentfly_cli.recipes.loader.load_config`)."""
+        fraction = self.trainer.eval.holdout
+        if not fraction:
+            return self
+        if self.data.holdout and self.data.holdout != fraction:
+            raise ValueError(
+                f"data.holdout {self.data.holdout:g} and trainer.eval.holdout {fraction:g} "
+                "disagree; keep data.holdout (the held-out share) and drop trainer.eval.holdout, "
+                "its deprecated alias"
+            )
+        deprecated(
+            "trainer.eval.holdout",
+            "data.holdout",
+            "the same share, held out of every phase, drawn by data.holdout_seed "
+            f"{self.data.holdout_seed}",
+        )
+        self.data = self.data.model_copy(update={"holdout": fraction})
+        held_out = self.trainer.eval.model_copy(update={"holdout": 0.0})
+        self.trainer = self.trainer.model_copy(update={"eval": held_out})
+        return self
+
+    @model_validator(mode="after")
     def _eval_has_tasks(self) -> RunSettings:
         held_out = self.trainer.eval
-        if held_out.every and not (
-            held_out.holdout or held_out.path or held_out.where or self.data.holdout
-        ):
+        if held_out.every and not (held_out.path or held_out.where or self.data.holdout):
             raise ValueError(
                 "trainer.eval: every needs eval tasks the run does not train on: set "
-                "data.holdout (e.g. 0.1), trainer.eval.holdout, trainer.eval.path (a data "
-                "file) or trainer.eval.where (rows of the data)"
+                "data.holdout (e.g. 0.1), trainer.eval.path (a data file) or "
+                "trainer.eval.where (rows of the data)"
             )
         return self

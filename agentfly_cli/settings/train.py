@@ -11,7 +11,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agentfly_cli.settings.algorithm import AlgorithmSettings
-from agentfly_cli.settings.deprecated import deprecated
 from agentfly_cli.settings.train_backend import TrainBackendSettings
 
 
@@ -42,9 +41,8 @@ class EvalSettings(BaseModel):
         0.0,
         ge=0.0,
         lt=1.0,
-        description="deprecated alias of data.holdout: hold this fraction of the run's "
-        "training rows out of RL (drawn by trainer.seed after where and limit) and evaluate on "
-        "them; data.holdout holds rows out of every phase, drawn over the whole file",
+        description="deprecated alias of data.holdout: loading the run's settings moves it there "
+        "(it replaces the recipe's data.holdout; drawn by data.holdout_seed) and leaves 0 here",
     )
     path: str | None = Field(None, description="eval tasks from this file; default: data.path")
     where: dict[str, Any] = Field(
@@ -53,17 +51,6 @@ class EvalSettings(BaseModel):
     limit: int | None = Field(None, ge=1, description="evaluate on at most this many tasks")
     n: int = Field(4, ge=1, description="chains per eval task (pass@k up to n)")
     threshold: float = Field(1.0, description="a chain passes when its reward is at least this")
-
-    @model_validator(mode="after")
-    def _one_source(self) -> EvalSettings:
-        if self.holdout and (self.path or self.where):
-            raise ValueError(
-                "holdout takes the eval tasks from the training data; leave path and where "
-                "unset, or set holdout: 0 to use them"
-            )
-        if self.holdout:
-            deprecated("trainer.eval.holdout", "data.holdout", "held out of every phase")
-        return self  # that every has tasks to evaluate is checked with the data (RunSettings)
 
     @property
     def enabled(self) -> bool:

@@ -226,7 +226,7 @@ def test_held_out_eval_whose_chains_all_abort_is_one_line_and_exit_2(tiny_model,
         "train", "--model", tiny_model, "--data", data, "--steps", "2",
         "--out", tmp_path / "run", "-q", "--set", f"chat.template={template}",
         "--set", "rollout.n=2", "--set", "trainer.tasks_per_step=1",
-        "--set", "trainer.eval.every=1", "--set", "trainer.eval.holdout=0.5",
+        "--set", "trainer.eval.every=1", "--set", "data.holdout=0.5",
         "--set", "trainer.eval.n=2",
     )  # fmt: skip
     assert result.exit_code == 2, result.output

@@ -56,9 +56,14 @@ def test_trainer_eval_tasks_follow_data_shuffle(sorted_file):
     assert kinds(split_tasks([], settings, data=data).eval) == set(KINDS)
     plain = data.model_copy(update={"shuffle": False})
     assert kinds(split_tasks([], settings, data=plain).eval) == {"add"}
-    held = EvalSettings(every=1, holdout=0.5, limit=9)
-    rows = load_tasks(sorted_file)
-    assert split_tasks(rows, held, data=data).eval != split_tasks(rows, held, data=plain).eval
+    # with data.holdout the held-out side is the same either way; the shuffle picks the 9
+    held = EvalSettings(every=1, limit=9)
+    split = {"holdout": 0.5, "holdout_seed": 0, "side": "heldout"}
+    side = load_tasks(sorted_file, **split)
+    shuffled = split_tasks([], held, data=data.model_copy(update={"holdout": 0.5})).eval
+    in_order = split_tasks([], held, data=plain.model_copy(update={"holdout": 0.5})).eval
+    assert in_order == side[:9] and shuffled != in_order
+    assert all(row in side for row in shuffled) and len(shuffled) == 9
 
 
 def test_eval_shuffle_flag_scores_every_kind_of_a_sorted_file(tiny_model, sorted_file):

@@ -93,8 +93,56 @@ def test_backend_model_is_a_deprecated_alias_of_model(caplog):
     assert "deprecated" not in caplog.text
 
 
-def test_eval_holdout_warns_that_data_holdout_replaces_it(caplog):
+ALIAS_WARNING = (
+    "trainer.eval.holdout is deprecated; use data.holdout (the same share, held out of every "
+    "phase, drawn by data.holdout_seed 3)"
+)
+
+
+def test_eval_holdout_is_an_alias_of_data_holdout_with_one_warning(caplog):
+    from agentfly_cli.settings.run import RunSettings
+    from agentfly_cli.train.tasks.plan import TaskPlan
+    from agentfly_cli.train.tasks.run_tasks import RunTasks
+
+    sets = ["trainer.eval.every=1", "data.holdout_seed=3"]
     with caplog.at_level(logging.WARNING, logger="agentfly_cli.settings"):
-        config = load_config("calculator", ["trainer.eval.every=1", "trainer.eval.holdout=0.2"])
-    assert config.trainer.eval.holdout == 0.2
-    assert "trainer.eval.holdout is deprecated; use data.holdout" in caplog.text
+        alias = load_config("calculator", [*sets, "trainer.eval.holdout=0.25"])
+    assert [r.getMessage() for r in caplog.records] == [ALIAS_WARNING]  # one line, once
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="agentfly_cli.settings"):
+        direct = load_config("calculator", [*sets, "data.holdout=0.25"])
+        again = RunSettings.model_validate(alias.model_dump())  # the validated settings
+    assert caplog.records == []  # ... carry no alias left to warn about
+    assert alias.trainer.eval.holdout == 0.0 and alias.data.holdout == 0.25  # the recipe's 0.1
+    assert alias.data.holdout_seed == 3  # replaced, its seed kept
+    assert alias == direct == again and alias.model_dump() == direct.model_dump()
+
+    def eval_tasks(config):
+        run = RunTasks.load(config.data)
+        plan = TaskPlan(run.train, config.trainer, config.data, file_rows=run.rows)
+        return plan.split.train, plan.split.eval
+
+    assert eval_tasks(alias) == eval_tasks(direct)
+    train, held = eval_tasks(alias)
+    assert len(held) > 0 and not any(row in train for row in held)
+
+
+def test_eval_holdout_and_data_holdout_set_in_one_place_must_agree(tmp_path):
+    data = tmp_path / "tasks.jsonl"
+    data.write_text("".join(json.dumps({"question": str(i)}) + "\n" for i in range(10)))
+    both = tmp_path / "both.yaml"
+    both.write_text(f"data: {{path: {data}, holdout: 0.1}}\ntrainer: {{eval: {{holdout: 0.2}}}}\n")
+    with pytest.raises(UserError, match="^.*$") as error:
+        load_config(str(both))
+    assert str(error.value) == (
+        f"{both}: data.holdout 0.1 and trainer.eval.holdout 0.2 disagree; keep data.holdout "
+        "(the held-out share) and drop trainer.eval.holdout, its deprecated alias"
+    )
+    with pytest.raises(UserError, match="data.holdout 0.3 and trainer.eval.holdout 0.2"):
+        load_config("calculator", ["data.holdout=0.3", "trainer.eval.holdout=0.2"])
+    same = both.with_name("same.yaml")
+    same.write_text(both.read_text().replace("0.2", "0.1"))
+    assert load_config(str(same)).data.holdout == 0.1
+    # a --set of one replaces the file's value of the other: the later layer wins
+    assert load_config(str(both), ["data.holdout=0.2"]).data.holdout == 0.2
+    assert load_config(str(same), ["trainer.eval.holdout=0.3"]).data.holdout == 0.3

@@ -24,7 +24,12 @@ def ids(picked) -> list[str]:
 
 
 def test_held_out_tasks_never_reach_a_step():
-    tasks = plan(eval={"every": 5, "holdout": 0.1})  # 4 of the 40 rows
+    from agentfly_cli.train.tasks.run_tasks import RunTasks
+
+    data = DataSettings(path="tasks.jsonl", holdout=0.1)  # 4 of the 40 rows
+    run = RunTasks.of_rows(ROWS, data, "tasks.jsonl")
+    settings = TrainerSettings(tasks_per_step=4, steps=10, eval={"every": 5})
+    tasks = TaskPlan(run.train, settings, data, file_rows=run.rows)
     held = {row["id"] for row in tasks.split.eval}
     assert len(held) == 4
     drawn = [i for _ in range(20) for i in ids(tasks.take())]

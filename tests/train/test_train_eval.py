@@ -31,28 +31,49 @@ ROWS = [{"id": f"t{i}", "question": f"q{i}", "split": "test" if i % 4 == 0 else 
         for i in range(20)]  # fmt: skip
 
 
-def test_holdout_is_a_seeded_disjoint_split_of_the_rows():
-    settings = EvalSettings(every=2, holdout=0.25)
-    split = split_tasks(ROWS, settings, data=DataSettings(path="unused.jsonl"), seed=7)
+def holdout_run(tmp_path, holdout=0.25, holdout_seed=0, **data):
+    """The run's training side and its data settings for ROWS in a file, with a data.holdout."""
+    from agentfly_cli.train.tasks.run_tasks import RunTasks
+
+    path = tmp_path / "tasks.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    settings = DataSettings(path=str(path), holdout=holdout, holdout_seed=holdout_seed, **data)
+    return RunTasks.load(settings), settings
+
+
+def test_holdout_is_a_seeded_disjoint_split_of_the_rows(tmp_path):
+    run, data = holdout_run(tmp_path, holdout_seed=7)
+    settings = EvalSettings(every=2)
+    split = split_tasks(run.train, settings, data=data, file_rows=run.rows)
     assert len(split.eval) == 5 and len(split.train) == 15
     ids = {row["id"] for row in split.eval}
     assert ids.isdisjoint(row["id"] for row in split.train)
     assert sorted(ids | {row["id"] for row in split.train}) == sorted(r["id"] for r in ROWS)
     assert split.train == [row for row in ROWS if row["id"] not in ids]  # data order kept
-    again = split_tasks(ROWS, settings, data=DataSettings(path="unused.jsonl"), seed=7)
-    other = split_tasks(ROWS, settings, data=DataSettings(path="unused.jsonl"), seed=8)
-    assert again.eval == split.eval and other.eval != split.eval
-    limited = split_tasks(
-        ROWS, EvalSettings(every=2, holdout=0.25, limit=2), data=DataSettings(path="x"), seed=7
-    )
+    assert split.eval == [row for row in ROWS if row["id"] in ids]
+    again = split_tasks(run.train, settings, data=data, file_rows=run.rows)
+    other_run, other_data = holdout_run(tmp_path, holdout_seed=8)
+    other = split_tasks(other_run.train, settings, data=other_data, file_rows=other_run.rows)
+    assert again.eval == split.eval and other.eval != split.eval  # drawn by data.holdout_seed
+    limited = split_tasks(run.train, EvalSettings(every=2, limit=2), data=data, file_rows=run.rows)
     assert limited.eval == split.eval[:2] and limited.train == split.train
     assert split.notes == []
 
 
 def test_eval_off_trains_on_every_row_and_a_holdout_must_leave_some():
+    from agentfly_cli.train.tasks.run_tasks import RunTasks
+
     assert split_tasks(ROWS, EvalSettings(), data=DataSettings(path="x")).train == ROWS
     with pytest.raises(UserError, match="leaves none to train on"):
-        split_tasks(ROWS[:1], EvalSettings(every=1, holdout=0.5), data=DataSettings(path="x"))
+        RunTasks.of_rows(ROWS[:1], DataSettings(path="x", holdout=0.5), "x")
+
+
+def test_split_tasks_has_no_eval_holdout_of_its_own():
+    """The alias is moved to data.holdout when a run's settings load: settings that skipped
+    that are refused, not read as an old second mechanism."""
+    unloaded = EvalSettings(every=1, holdout=0.5)
+    with pytest.raises(UserError, match="^trainer.eval.holdout is a deprecated alias of data"):
+        split_tasks(ROWS, unloaded, data=DataSettings(path="x"))
 
 
 def test_eval_where_reads_rows_and_warns_when_they_are_also_trained_on(tmp_path):
@@ -66,8 +87,8 @@ def test_eval_where_reads_rows_and_warns_when_they_are_also_trained_on(tmp_path)
     overlapping = split_tasks(ROWS, settings, data=DataSettings(path=str(data)))
     assert overlapping.notes == [
         "5 of the 5 eval tasks are also training tasks, so eval reward is not held out; select "
-        "disjoint rows (e.g. data.where / trainer.eval.where on a split field), use "
-        "data.holdout or trainer.eval.holdout"
+        "disjoint rows (e.g. data.where / trainer.eval.where on a split field) or use "
+        "data.holdout"
     ]
 
 
@@ -101,8 +122,8 @@ def test_eval_path_in_a_recipe_is_relative_to_the_recipe(tmp_path):
             "trainer.eval: every needs eval tasks the run does not train",
         ),
         (
-            ["trainer.eval.holdout=0.1", "trainer.eval.where={split: test}"],
-            "trainer.eval: holdout takes the eval tasks from the training data",
+            ["data.holdout=0.2", "trainer.eval.holdout=0.25", "trainer.eval.every=5"],
+            "data.holdout 0.2 and trainer.eval.holdout 0.25 disagree; keep data.holdout",
         ),
         (["trainer.eval.holdout=1.5"], "trainer.eval.holdout: Input should be less than 1"),
         (["trainer.eval.evry=5"], "trainer.eval.evry: unknown key; did you mean 'every'?"),
@@ -138,7 +159,7 @@ def test_eval_metrics_are_the_unbiased_pass_at_k_over_tasks():
     )
 
 
-EVAL_SETS = ("trainer.eval.every=2", "trainer.eval.holdout=0.25", "trainer.eval.n=2")
+EVAL_SETS = ("trainer.eval.every=2", "data.holdout=0.25", "trainer.eval.n=2")
 
 
 def test_trainer_evaluates_held_out_tasks_at_start_every_and_end(recipe, tmp_path):  # noqa: F811
@@ -211,9 +232,7 @@ def test_held_out_tasks_with_a_lone_surrogate_are_written_and_read_back(tmp_path
     """A task text may hold what UTF-8 cannot encode (a model wrote it, a dataset kept it):
     eval_tasks.jsonl escapes it, and reading gives back the very same row."""
     rows = [{"question": "odd \ud800 text", "answer": "1"}, {"question": "plain", "answer": "2"}]
-    held_out = HeldOutEval(
-        EvalSplit(train=[], eval=rows), EvalSettings(every=1, holdout=0.5), total_steps=1
-    )
+    held_out = HeldOutEval(EvalSplit(train=[], eval=rows), EvalSettings(every=1), total_steps=1)
     held_out.write_tasks(tmp_path)
     text = (tmp_path / EVAL_TASKS_FILE).read_text(encoding="utf-8")
     assert [json.loads(line) for line in text.splitlines()] == rows

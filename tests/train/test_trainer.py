@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 import torch
@@ -335,7 +336,7 @@ def test_one_step_numbering_everywhere(recipe, tmp_path):
         "trainer.save_every=1",
         "trainer.keep_checkpoints=3",
         "trainer.eval.every=2",
-        "trainer.eval.holdout=0.25",
+        "data.holdout=0.25",
         "trainer.eval.n=2",
     )
     console = io.StringIO()
@@ -402,7 +403,7 @@ def test_progress_inside_a_step_counts_chains_tokens_and_micro_batches(recipe, t
         assert tokens > 0
 
 
-def test_the_update_runs_without_the_rollouts_stored_kv(recipe, tmp_path, monkeypatch):
+def test_the_update_runs_without_the_rollouts_stored_kv(recipe, tmp_path, monkeypatch, caplog):
     """The hf backend keeps each finished request's KV for the chain's next turn; with one
     model for both, it goes before the update (it held up to 1.5 GB of SmolLM2 KV there) and
     after a held-out eval (no training chain extends an eval chain)."""
@@ -424,11 +425,19 @@ def test_the_update_runs_without_the_rollouts_stored_kv(recipe, tmp_path, monkey
         return await rollout(steps, step, picked)
 
     monkeypatch.setattr(SyncSteps, "rollout", probed_rollout)
-    config = make_config(
-        recipe, "trainer.steps=1", "trainer.eval.every=1", "trainer.eval.holdout=0.25"
-    )
-    trainer = Probe(config, run_dir=tmp_path / "run", console=False)
-    trainer.fit()
+    # trainer.eval.holdout, the deprecated alias of data.holdout: one warning line in the run
+    with caplog.at_level(logging.WARNING, logger="agentfly_cli.settings"):
+        config = make_config(
+            recipe, "trainer.steps=1", "trainer.eval.every=1", "trainer.eval.holdout=0.25"
+        )
+        trainer = Probe(config, run_dir=tmp_path / "run", console=False)
+        trainer.fit()
+    warned = [r.getMessage() for r in caplog.records if "deprecated" in r.getMessage()]
+    assert warned == [
+        "trainer.eval.holdout is deprecated; use data.holdout (the same share, held out of "
+        "every phase, drawn by data.holdout_seed 0)"
+    ]
+    assert config.data.holdout == 0.25 and len(trainer.tasks.split.eval) == 2
     assert trainer.shared_model and trainer.at_update == [0]
     assert trainer.at_rollout == [0]  # the eval before step 1 left none behind
 

@@ -82,7 +82,7 @@ def test_two_ranks_train_checkpoint_and_resume(tmp_path, tiny_model, stage):
 def test_the_deepspeed_launcher_works_too_and_ranks_share_the_held_out_eval(tmp_path, tiny_model):
     run_dir = tmp_path / "run"
     zero = "trainer.backend.zero_stage=1"
-    evaluation = ["--set", "trainer.eval.every=1", "--set", "trainer.eval.holdout=0.01",
+    evaluation = ["--set", "trainer.eval.every=1",  # the recipe's data.holdout 0.1 tasks
                   "--set", "trainer.eval.limit=3", "--set", "trainer.eval.n=2"]  # fmt: skip
     launch(tmp_path, tiny_model, run_dir, "--set", zero, "--set", "trainer.steps=1",
            *evaluation, launcher=DEEPSPEED)  # fmt: skip

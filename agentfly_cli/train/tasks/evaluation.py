@@ -1,8 +1,8 @@
 """Held-out evaluation during training: which tasks, and their pass@k as step metrics.
 
-The eval set is a seeded ``eval.holdout`` fraction of the training rows (removed from
-training), the rows of ``eval.path``, or the held-out side of the data (``data.holdout``,
-fixed per recipe: no phase trains on it), each narrowed by ``eval.where`` and ``eval.limit``. The
+The eval set is the rows of ``eval.path``, or the held-out side of the data (``data.holdout``,
+fixed per recipe: no phase trains on it; ``trainer.eval.holdout`` is its deprecated alias, moved
+there when the settings load), each narrowed by ``eval.where`` and ``eval.limit``. The
 trainer rolls them out with the current policy before the first step, every ``eval.every``
 steps and after the last, and logs ``eval/*`` metrics under the number of steps done (0:
 before the first step; steps are numbered from 1).
@@ -42,35 +42,26 @@ def split_tasks(
     settings: EvalSettings,
     *,
     data: Any,
-    seed: int = 0,
     file_rows: Sequence[dict[str, Any]] | None = None,
 ) -> EvalSplit:
     """The eval tasks, and the training rows that remain. Without eval, all rows train.
 
     ``rows`` are the run's tasks (``data``'s train side when ``data.holdout`` is set); the eval
-    tasks are, in order of precedence, a ``settings.holdout`` share of them, the rows of
-    ``settings.path``, or the held-out side of ``data.path`` (all of it without a holdout),
-    then ``settings.where``, ``data.shuffle`` and ``settings.limit``. ``file_rows``: every row
-    of ``data.path``, read already (a run reads its data file once); None: read it here."""
-    from agentfly_cli.rollout.tasks import held_out_indices, pick_tasks, read_tasks, shuffled
+    tasks are the rows of ``settings.path``, or else the held-out side of ``data.path`` (all of
+    it without a holdout), then ``settings.where``, ``data.shuffle`` and ``settings.limit``.
+    ``file_rows``: every row of ``data.path``, read already (a run reads its data file once);
+    None: read it here."""
+    from agentfly_cli.rollout.tasks import pick_tasks, read_tasks
 
     rows = list(rows)
     shuffle_seed = data.shuffle_seed if data.shuffle else None  # which rows a limit keeps
+    if settings.holdout:  # RunSettings moves the alias to data.holdout; these were not loaded
+        raise UserError(
+            "trainer.eval.holdout is a deprecated alias of data.holdout; set data.holdout "
+            f"{settings.holdout:g} instead (or load the settings as a run does)"
+        )
     if not settings.enabled:
         return EvalSplit(rows, [])
-    if settings.holdout:
-        try:
-            chosen = held_out_indices(len(rows), settings.holdout, seed)
-        except UserError:
-            raise UserError(
-                f"trainer.eval.holdout {settings.holdout:g} of {len(rows)} rows leaves none to "
-                "train on; lower it or add data"
-            ) from None
-        train = [row for i, row in enumerate(rows) if i not in chosen]
-        evaluated = [row for i, row in enumerate(rows) if i in chosen]
-        if shuffle_seed is not None:
-            evaluated = shuffled(evaluated, shuffle_seed)
-        return EvalSplit(train, evaluated[: settings.limit] if settings.limit else evaluated)
     if settings.path and not Path(settings.path).exists():
         raise UserError(
             f"trainer.eval.path {settings.path!r} not found; give a data file of eval tasks"
@@ -92,7 +83,7 @@ def split_tasks(
         notes.append(
             f"{shared} of the {len(evaluated)} eval tasks are also training tasks, so eval "
             "reward is not held out; select disjoint rows (e.g. data.where / trainer.eval.where "
-            "on a split field), use data.holdout or trainer.eval.holdout"
+            "on a split field) or use data.holdout"
         )
     return EvalSplit(rows, evaluated, notes)
 
