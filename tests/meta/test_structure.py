@@ -127,3 +127,32 @@ def test_no_class_much_over_300_lines():
                 if lines > MAX_CLASS_LINES:
                     long[f"{path.relative_to(REPO_ROOT)}:{node.name}"] = lines
     assert not long, f"classes over {MAX_CLASS_LINES} lines: {long}"
+
+
+MAX_FOLDER_SHARE = 0.15  # no folder holds more than 15% of the package's code
+
+
+def folder_shares(package: Path) -> dict[str, float]:
+    """Each folder of ``package`` (with its subfolders) and its share of the package's lines."""
+    lines = {path: len(path.read_text().splitlines()) for path in package.rglob("*.py")}
+    total = sum(lines.values())
+    shares: dict[str, float] = {}
+    for folder in (p for p in package.rglob("*") if p.is_dir() and (p / "__init__.py").exists()):
+        inside = sum(n for path, n in lines.items() if folder in path.parents)
+        shares[str(folder.relative_to(package))] = inside / total
+    return shares
+
+
+def test_the_folder_share_counts_subfolders(tmp_path):
+    (tmp_path / "big" / "sub").mkdir(parents=True)
+    for folder in (tmp_path / "big", tmp_path / "big" / "sub"):
+        (folder / "__init__.py").write_text("")
+    (tmp_path / "big" / "sub" / "a.py").write_text("x = 1\n" * 3)
+    (tmp_path / "b.py").write_text("y = 2\n")
+    assert folder_shares(tmp_path) == {"big": 0.75, "big/sub": 0.75}
+
+
+def test_no_folder_holds_more_than_15_percent_of_the_code():
+    shares = folder_shares(REPO_ROOT / "agentfly_cli")
+    over = {name: f"{share:.1%}" for name, share in shares.items() if share > MAX_FOLDER_SHARE}
+    assert not over, f"split these folders by concept (limit {MAX_FOLDER_SHARE:.0%}): {over}"
