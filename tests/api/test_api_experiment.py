@@ -178,3 +178,12 @@ def test_the_result_types_are_exported_lazily():
     assert agentfly_cli.RolloutResult is results.RolloutResult
     assert agentfly_cli.TrainingResult is results.TrainingResult
     assert agentfly_cli.Trajectory is Trajectory and agentfly_cli.RunSettings is RunSettings
+
+
+def test_the_api_package_hands_on_the_functions_it_had_as_one_module():
+    import agentfly_cli
+    import agentfly_cli.api as api
+
+    assert sorted(api.__all__) == sorted(api._EXPORTS)
+    for name in api.__all__:
+        assert getattr(api, name) is getattr(agentfly_cli, name), name

@@ -152,7 +152,7 @@ def register_train_backends(register):
     assert entry.description == "torch, marked" and entry.provenance.distribution == dist
     assert {"torch", "deepspeed"} <= set(host.components.train_backends)
 
-    from agentfly_cli.api.functions import load_config
+    from agentfly_cli.api import load_config
     from agentfly_cli.train.trainer import Trainer
 
     config = load_config(
