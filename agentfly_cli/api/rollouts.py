@@ -83,5 +83,5 @@ def run_eval(
 def _for_eval(settings: Any, tasks: Any, tools: Any, reward: Any, host: Any) -> Experiment:
     experiment = Experiment(settings, tasks=tasks, tools=tools, reward=reward, host=host)
     if not experiment.settings.reward and reward is None:
-        raise UserError("run_eval needs a reward: set reward in the config or pass reward=")
+        raise UserError("run_eval needs a reward: set reward in the settings or pass reward=")
     return experiment

@@ -96,7 +96,7 @@ RUN_OPTIONS: dict[str, tuple[Any, Any]] = {
     ),
     "sets": (
         list[str] | None,
-        typer.Option(None, "--set", help="Override any config field: --set rollout.top_p=0.9"),
+        typer.Option(None, "--set", help="Override any setting: --set rollout.top_p=0.9"),
     ),
 }
 

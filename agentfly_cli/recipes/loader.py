@@ -127,7 +127,7 @@ def resolve_recipe_path(spec: str, host: Any = None) -> Path:
     if path.is_file():
         return path
     if path.suffix in (".yaml", ".yml") or os.sep in spec:
-        raise UserError(f"config file {spec!r} not found")
+        raise UserError(f"settings file {spec!r} not found")
     if host is None:
         from agentfly_cli.plugin_host.plugins import get_plugin_host
 
@@ -164,7 +164,7 @@ def load_config(
     folder.
     """
     data: dict[str, Any] = {}
-    source = "config"
+    source = "settings"
     if spec:
         path = resolve_recipe_path(spec, host)
         data = load_yaml(path)

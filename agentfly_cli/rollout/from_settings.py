@@ -227,7 +227,7 @@ def _run_tasks(
             raise UserError(f"{source}: no task rows given; pass at least one")
         return check_tasks(tasks, source), source
     if not config.data.path:
-        raise UserError("no data: pass --data FILE.jsonl (or set data.path in the config)")
+        raise UserError("no data: pass --data FILE.jsonl (or set data.path in the settings)")
     path = str(config.data.path)
     return data_side(read_tasks(path), config.data, path), path
 

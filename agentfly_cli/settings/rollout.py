@@ -77,8 +77,8 @@ class BackendSettings(BaseModel):
     name: str = Field("hf", description="backend name: hf, vllm, openai, scripted, or a plugin's")
     model: str | None = Field(
         None,
-        description="the model folder the backend loads: a run sets it from `model` (in a "
-        "config, backend.model is a deprecated alias of model)",
+        description="the model folder the backend loads: a run sets it from `model` (in "
+        "settings, backend.model is a deprecated alias of model)",
     )
     tokenizer: str | None = Field(None, description="tokenizer folder, if not the model's")
     tokenizer_loader: Literal["auto", "transformers", "tokenizer.json"] = Field(

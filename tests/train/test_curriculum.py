@@ -96,7 +96,7 @@ def test_bad_curriculum_settings_are_one_line_errors():
     with pytest.raises(UserError, match="start: 7 is not one of the levels 1, 2, 3"):
         CurriculumStream(ROWS, settings(start=7))
     stream = CurriculumStream(ROWS, settings(levels=[1, 2]))
-    with pytest.raises(UserError, match="has 3 levels, this config 2"):
+    with pytest.raises(UserError, match="has 3 levels, these settings 2"):
         stream.load_state_dict({"level": 0, "position": 0, "window": [], "positions": [0, 0, 0]})
 
 

@@ -144,8 +144,8 @@ class CurriculumStream:
         positions = list(state["positions"])
         if len(positions) != len(self.streams):
             raise UserError(
-                f"--resume: the checkpoint's curriculum has {len(positions)} levels, this config "
-                f"{len(self.streams)}; resume with the run's own trainer.curriculum"
+                f"--resume: the checkpoint's curriculum has {len(positions)} levels, these "
+                f"settings {len(self.streams)}; resume with the run's own trainer.curriculum"
             )
         self.level = int(state["level"])
         self.position = int(state["position"])

@@ -26,7 +26,7 @@ class RunTasks:
         from agentfly_cli.rollout.tasks import read_tasks
 
         if not data.path:
-            raise UserError("no data: pass --data FILE.jsonl (or set data.path in the config)")
+            raise UserError("no data: pass --data FILE.jsonl (or set data.path in the settings)")
         return cls.of_rows(read_tasks(data.path), data, str(data.path))
 
     @classmethod
