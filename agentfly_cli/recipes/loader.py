@@ -1,4 +1,4 @@
-"""Loading a run config: a recipe name or YAML file, then flags, then ``--set a.b=c``.
+"""Loading a run's settings: a recipe name or YAML file, then flags, then ``--set a.b=c``.
 
 The result is a :class:`~agentfly_cli.settings.run.RunSettings` (the models live in
 :mod:`agentfly_cli.settings`). Every field is checked; a bad one is a single line naming the
@@ -155,7 +155,7 @@ def load_config(
     host: Any = None,
     **fields: Any,
 ) -> RunSettings:
-    """Build a config from a recipe name or YAML file, then ``fields``, then ``--set`` overrides.
+    """Build the settings from a recipe name or YAML file, then ``fields``, then ``--set``.
 
     A recipe name is looked up in ``host`` (a :class:`~agentfly_cli.plugin_host.plugins.PluginHost`;
     default: the installed plugins).
