@@ -178,16 +178,18 @@ class Experiment:
         from agentfly_cli.train.tasks.run_tasks import RunTasks
         from agentfly_cli.train.trainer import Trainer
 
-        settings = self.settings
+        settings, tasks = self.settings, None
         run_dir = training_folder(settings, out, resume=resume)
-        if self._rows is not None:
-            settings = _with_task_file(settings, self._rows, run_dir / TASKS_FILE)
+        if self._rows is not None:  # the rows in memory, not a read of the file they are kept in
+            settings, rows = _with_task_file(settings, self._rows, run_dir / TASKS_FILE)
+            tasks = RunTasks.of_rows(rows, settings.data, str(settings.data.path))
         resolved = self._resolved  # objects already looked up need no second look-up
         tools = resolved.tools if resolved is not None else self._tools
         reward = resolved.reward if resolved is not None else self._reward
         components = {"tools": tools, "reward": reward, "host": self.host}
         # the data file is read once: the warm start and RL take their sides of the same rows
-        tasks = RunTasks.load(settings.data) if settings.trainer.warm_start.enabled else None
+        if tasks is None and settings.trainer.warm_start.enabled:
+            tasks = RunTasks.load(settings.data)
         plan = plan_run(
             settings, run_dir, warm_start=True, tasks=tasks, console=console, **components
         )
@@ -228,23 +230,24 @@ def _checked_rows(rows: Any) -> list[dict[str, Any]]:
 def _tasks_of(settings: RunSettings, rows: list | None) -> list[dict[str, Any]]:
     """``settings``' tasks: from ``rows`` when given (selected as a file's rows are: the
     held-out split, ``where``, ``shuffle``, ``limit``), else its data file."""
-    from agentfly_cli.rollout.tasks import data_side, load_tasks
+    from agentfly_cli.rollout.tasks import data_side, read_tasks
 
-    data = settings.data
     if rows is not None:
-        return data_side(_checked_rows(rows), data, "tasks")
-    split = {"holdout": data.holdout, "holdout_seed": data.holdout_seed, "side": data.split}
-    shuffle_seed = data.shuffle_seed if data.shuffle else None
-    return load_tasks(data.path, data.limit, data.where, shuffle_seed=shuffle_seed, **split)
+        return data_side(_checked_rows(rows), settings.data, "tasks")
+    return data_side(read_tasks(settings.data.path), settings.data, str(settings.data.path))
 
 
-def _with_task_file(settings: RunSettings, rows: list, path: Path) -> RunSettings:
+def _with_task_file(
+    settings: RunSettings, rows: list, path: Path
+) -> tuple[RunSettings, list[dict[str, Any]]]:
+    """``settings`` reading ``rows`` (checked) from ``path``, where they are written as JSONL
+    (the run folder's record of its data), and the checked rows."""
     rows = _checked_rows(rows)
     path.parent.mkdir(parents=True, exist_ok=True)
     text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
     path.write_text(text, encoding="utf-8")
     data = settings.data.model_copy(update={"path": str(path)})
-    return settings.model_copy(update={"data": data})
+    return settings.model_copy(update={"data": data}), rows
 
 
 def _blocking(name: str, main: Any) -> Any:

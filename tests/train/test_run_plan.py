@@ -53,6 +53,31 @@ def test_a_warm_started_run_with_held_out_eval_reads_its_data_once(
     assert plan["base_model"] == str(tiny_model) and plan["run_dir"] == str(run)
 
 
+def test_training_on_rows_in_memory_keeps_them_and_never_reads_them_back(
+    tiny_model, tmp_path, monkeypatch
+):
+    import agentfly_cli.rollout.tasks as tasks_module
+    from agentfly_cli.api.experiment import Experiment
+
+    config = load_config("calculator", ["trainer.steps=1", "trainer.eval.every=1"])
+    config = config.model_copy(update={"model": str(tiny_model)})
+    rows = [{"question": f"{i} + 1?", "answer": str(i + 1)} for i in range(10)]
+    reads = []
+    read_rows = tasks_module.read_rows
+    monkeypatch.setattr(tasks_module, "read_rows", lambda p: reads.append(p) or read_rows(p))
+    trainer = Experiment(config, tasks=rows)._trainer(tmp_path / "run", False, False)
+    trainer._setup()
+    try:
+        assert reads == []  # the rows in memory, not a read of the file that records them
+        split = trainer.tasks.split
+        assert sorted(split.train + split.eval, key=str) == sorted(rows, key=str)
+        assert len(split.eval) == 1  # the recipe's data.holdout 0.1, drawn over the rows
+    finally:
+        trainer.train.close()
+    kept = (tmp_path / "run" / "tasks.jsonl").read_text(encoding="utf-8").splitlines()
+    assert [json.loads(line) for line in kept] == rows
+
+
 def test_tasks_in_memory_are_checked_like_a_files_rows(tiny_model):
     from agentfly_cli.rollout.from_settings import resolve_run
 
