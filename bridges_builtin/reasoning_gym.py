@@ -1,0 +1,1 @@
+"""The reasoning_gym bridge (being built: registers nothing yet)."""
