@@ -8,9 +8,8 @@ import random
 
 import pytest
 
-pytest.importorskip(
-    "textarena", reason="the textarena bridge needs textarena: pip install 'agentfly-cli[textarena]'"
-)
+INSTALL = "pip install 'agentfly-cli[textarena]'"
+pytest.importorskip("textarena", reason=f"the textarena bridge needs textarena: {INSTALL}")
 
 from agentfly_cli.errors import UserError  # noqa: E402
 from bridges_builtin import textarena_tasks  # noqa: E402
