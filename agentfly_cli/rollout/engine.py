@@ -29,8 +29,11 @@ from agentfly_cli.components.tools import Tool, ToolErrorKind, ToolResult
 from agentfly_cli.envs.manager import ResourceManager
 from agentfly_cli.envs.pool import EnvConfigError
 from agentfly_cli.files.surrogates import replace_surrogates
+from agentfly_cli.rollout.opening import opening_conversation, opening_report, read_opening
+from agentfly_cli.rollout.reward_channel import call_info, tool_reports
 from agentfly_cli.rollout.tasks import check_system_prompt, opening_messages
 from agentfly_cli.rollout.turn_plan import TurnPlan, parse_turn, plan_turn
+from agentfly_cli.rollout.user_turns import UserTurns
 from agentfly_cli.settings.rollout import RolloutSettings
 from agentfly_cli.trajectory import ToolCallRecord, Trajectory
 
@@ -55,7 +58,9 @@ class _Chain:
     errors: int = 0
     turn_closed: bool = True  # the last assistant turn ended on its end-of-turn token
     envs: dict[str, Any] = field(default_factory=dict)
+    handles: dict[str, Any] = field(default_factory=dict)  # the leases behind ``envs``
     env_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    user_turns: UserTurns | None = None  # the row's user turns still to come
     stack: AsyncExitStack = field(default_factory=AsyncExitStack)
 
 
@@ -102,6 +107,7 @@ class RolloutEngine:
         env_specs: Mapping[str, Any] | None = None,
         env_manager: ResourceManager | None = None,
         meta: Mapping[str, Any] | None = None,
+        user_turns_field: str = "user_turns",
     ) -> None:
         self.backend = backend
         self.chat = chat
@@ -124,7 +130,12 @@ class RolloutEngine:
         missing = sorted({t.env for t in tools if t.env and t.env not in self.env_specs})
         if missing:
             raise ValueError(f"tools need envs that were not given: {', '.join(missing)}")
-        self.chain_limit = chain_limit(self.settings.concurrency, tools, self.envs)
+        opening = self.settings.opening_env
+        if opening is not None and opening not in self.env_specs:
+            known = ", ".join(sorted(self.env_specs)) or "none"
+            raise ValueError(f"rollout.opening_env '{opening}' is not an env given ({known})")
+        self.user_turns_field = user_turns_field  # the row field of its mid-episode user turns
+        self.chain_limit = chain_limit(self.settings.concurrency, tools, self.envs, opening)
         self._eot_ids = frozenset(chat.eot_token_ids)
         extra_stops = [i for i in chat.stop_token_ids(self.settings.stop) if i not in self._eot_ids]
         self._stop_ids = (*chat.eot_token_ids, *extra_stops)
@@ -214,12 +225,17 @@ class RolloutEngine:
             task=dict(task),
             meta=dict(self.meta),
         )
-        messages = opening_messages(task, self.system_prompt, self.examples)
-        chain = _Chain(trajectory, messages)
+        opening_env = self.settings.opening_env
+        messages = (
+            opening_messages(task, self.system_prompt, self.examples) if opening_env is None else []
+        )
+        chain = _Chain(trajectory, messages, user_turns=UserTurns(task, self.user_turns_field))
         trajectory.timings = {"generate_s": 0.0, "tools_s": 0.0, "reward_s": 0.0}
         self._live[id(chain)] = chain
         try:
             async with chain.stack:
+                if opening_env is not None:
+                    await self._open(chain, opening_env)
                 await self._loop(chain)
         except (asyncio.CancelledError, EnvConfigError):
             raise  # a misconfigured env fails every chain alike: the rollout stops
@@ -230,16 +246,36 @@ class RolloutEngine:
             chain.state = ChainState.DONE
             self._live.pop(id(chain), None)
         trajectory.messages = chain.messages
+        if chain.user_turns.total:  # which of the row's user turns were delivered, and when
+            trajectory.meta["user_turns"] = {
+                "total": chain.user_turns.total,
+                "delivered_after": list(chain.user_turns.delivered),
+            }
         await self._score(trajectory)
         trajectory.timings["total_s"] = round(time.perf_counter() - started, 6)
         return trajectory
 
     # -- the turn loop -------------------------------------------------------------------------
+    async def _open(self, chain: _Chain, name: str) -> None:
+        """The chain's conversation from what its opening env said at reset (the lease its
+        tools then share); a dict's report goes on the reward channel at turn -1."""
+        trajectory = chain.trajectory
+        opening = read_opening((await self._lease(chain, name)).opening, name)
+        chain.messages = opening_conversation(
+            trajectory.task, opening, self.system_prompt, self.examples
+        )
+        report = opening_report(opening, name)
+        if report is not None:
+            trajectory.env_reports.append(report)
+
     async def _loop(self, chain: _Chain) -> None:
         settings = self.settings
         trajectory = chain.trajectory
         prompt = self.chat.render_prompt(chain.messages, self.tool_schemas)
         trajectory.append("prompt", prompt, sampled=False)
+        if any(report["done"] for report in trajectory.env_reports):
+            trajectory.finish_reason = "env_done"  # the opening env ended the episode at once
+            return
         for turn in range(settings.max_turns):
             budget = settings.max_total_tokens - len(trajectory.ids)
             if budget <= 0:
@@ -247,14 +283,21 @@ class RolloutEngine:
                 return
             chain.state = ChainState.GENERATING
             plan = await self._generate(chain, turn, budget)
-            if trajectory.finish_reason:
+            answered = trajectory.finish_reason == "answer"
+            if answered and chain.user_turns:
+                trajectory.finish_reason = ""  # a user turn follows the answer: it goes on
+                results: list[ToolResult] = []
+            elif trajectory.finish_reason:
                 return
-            chain.state = ChainState.RUNNING_TOOLS
-            results = await self._run_tools(chain, turn, plan)
+            else:
+                chain.state = ChainState.RUNNING_TOOLS
+                results = await self._run_tools(chain, turn, plan)
             terminal = next((r for r in results if r.terminal and r.ok), None)
             if terminal is not None:
                 trajectory.prediction = terminal.observation
                 trajectory.finish_reason = "terminal_tool"
+            elif any(r["done"] for r in trajectory.env_reports if r["turn"] == turn):
+                trajectory.finish_reason = "env_done"
             elif chain.errors >= settings.max_errors:
                 trajectory.finish_reason = "errors"
             elif turn == settings.max_turns - 1:
@@ -265,8 +308,10 @@ class RolloutEngine:
             chain.messages.extend(observation)
             if trajectory.finish_reason:
                 return
+            user = chain.user_turns.due(turn, answered)  # the row's user turns due now
+            chain.messages.extend(user)
             delta = self.chat.observation_delta(
-                observation, self.tool_schemas, closed=chain.turn_closed
+                observation + user, self.tool_schemas, closed=chain.turn_closed
             )
             if len(trajectory.ids) + len(delta) >= settings.max_total_tokens:
                 trajectory.finish_reason = "length"
@@ -352,6 +397,7 @@ class RolloutEngine:
         for call, result in zip(plan.calls, results, strict=True):
             result.info["call_id"] = call.id
         chain.trajectory.tool_calls.extend(_call_records(turn, plan, results))
+        chain.trajectory.env_reports.extend(tool_reports(turn, plan.calls, results))
         everything = results + plan.errors
         chain.errors += sum(1 for r in everything if not r.ok)
         return everything
@@ -392,14 +438,22 @@ class RolloutEngine:
         """
         env = chain.envs.get(name)
         if env is None:
+            env = (await self._lease(chain, name)).env
+        return env
+
+    async def _lease(self, chain: _Chain, name: str) -> Any:
+        """The chain's lease (handle) of the env ``name``, taken once, for the whole chain."""
+        handle = chain.handles.get(name)
+        if handle is None:
             async with chain.env_lock:
-                env = chain.envs.get(name)
-                if env is None:
+                handle = chain.handles.get(name)
+                if handle is None:
                     handle = await chain.stack.enter_async_context(
                         self.envs.lease(name, chain.trajectory.task)
                     )
-                    env = chain.envs[name] = handle.env
-        return env
+                    chain.handles[name] = handle
+                    chain.envs[name] = handle.env
+        return handle
 
     async def _score(self, trajectory: Trajectory) -> None:
         if self.reward is None:
@@ -427,6 +481,7 @@ def _call_records(turn: int, plan: TurnPlan, results: list[ToolResult]) -> list[
             error_kind=result.error_kind,
             latency_s=float(result.info.get("latency_s", 0.0)),
             terminal=result.terminal,
+            info=call_info(result.info),
         )
         for call, result in zip(plan.calls, results, strict=True)
     ]
@@ -445,11 +500,15 @@ def _call_records(turn: int, plan: TurnPlan, results: list[ToolResult]) -> list[
     return records
 
 
-def chain_limit(concurrency: int, tools: Sequence[Tool], envs: ResourceManager) -> int:
+def chain_limit(
+    concurrency: int, tools: Sequence[Tool], envs: ResourceManager, opening: str | None = None
+) -> int:
     """Chains in flight at once: ``concurrency``, but no more than the smallest pool of an env
-    the tools use. A chain keeps its env until it ends, so chains beyond the pool's cap would
-    queue for one and, past ``acquire_timeout``, fail; a warning says so and how to run more."""
-    caps = {name: envs.pool_max(name) for name in sorted({t.env for t in tools if t.env})}
+    the tools (or the ``opening`` env) use. A chain keeps its env until it ends, so chains
+    beyond the pool's cap would queue for one and, past ``acquire_timeout``, fail; a warning
+    says so and how to run more."""
+    used = {t.env for t in tools if t.env} | ({opening} if opening else set())
+    caps = {name: envs.pool_max(name) for name in sorted(used)}
     caps = {name: cap for name, cap in caps.items() if cap is not None}
     if not caps:
         return concurrency
