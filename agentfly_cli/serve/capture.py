@@ -10,9 +10,9 @@ trimmed or rewrote its history, or started over) opens a new segment, rendered i
 chat template. Segments of an episode share its reward and its group.
 
 Each segment's ``tool_calls`` are the calls the gateway parsed in its replies (``turn``: the
-segment's assistant turn), each with the observation the agent sent back for it in a later
-request (a ``tool`` message with its ``tool_call_id``; empty until then). Their ``status`` is
-``ok``: the agent ran them, and only it knows how they went.
+segment's assistant turn), each with the observation the agent sent back for it in the request
+that extends the segment (a ``tool`` message, by ``tool_call_id`` or else in order; empty until
+then). Their ``status`` is ``ok``: the agent ran them, and only it knows how they went.
 
 Two requests that extend the same segment at once (``n`` > 1, or an agent's parallel calls)
 each get their own copy: the second to finish forks the segment at the point both started
@@ -309,14 +309,18 @@ def parsed_calls(turn: int, reply: dict[str, Any]) -> list[ToolCallRecord]:
 
 
 def answer_calls(trajectory: Trajectory, messages: list[dict[str, Any]]) -> None:
-    """Give the trajectory's calls the observations that ``messages`` (``tool`` messages, by
-    ``tool_call_id``) bring back for them."""
-    waiting = {c.id: c for c in trajectory.tool_calls if c.id and not c.observation}
+    """Give the calls of the trajectory's last assistant turn the observations that
+    ``messages`` bring back: each ``tool`` message answers the call of its ``tool_call_id``,
+    or (an id the agent changed or left out) the next call still unanswered, in order."""
+    last = trajectory.num_turns - 1
+    waiting = [c for c in trajectory.tool_calls if c.turn == last and not c.observation]
     for message in messages:
-        if message.get("role") == "tool":
-            call = waiting.pop(message.get("tool_call_id") or "", None)
-            if call is not None:
-                call.observation = content_text(message.get("content"))
+        if message.get("role") != "tool" or not waiting:
+            continue
+        call_id = message.get("tool_call_id") or ""
+        call = next((c for c in waiting if c.id and c.id == call_id), waiting[0])
+        waiting.remove(call)
+        call.observation = content_text(message.get("content"))
 
 
 def prefix_copy(trajectory: Trajectory, length: int) -> Trajectory:

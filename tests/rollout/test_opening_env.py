@@ -203,3 +203,37 @@ def test_the_opening_travels_from_other_processes(chat, tmp_path, where):
     trajectory.check()
     assert first_prompt(trajectory) == chat.render_prompt(expected, [guess.schema])
     assert trajectory.finish_reason == "env_done" and trajectory.env_reward == 1.5
+
+
+# -- a run's settings ----------------------------------------------------------------------------
+def test_opening_env_is_checked_when_the_run_is_built(tiny_model):
+    from agentfly_cli.errors import UserError
+    from agentfly_cli.recipes.loader import load_config
+    from agentfly_cli.rollout.from_settings import resolve_run
+
+    def settings(**more):
+        return load_config("calculator", model=str(tiny_model), **more)
+
+    row = {"question": "q", "answer": "1"}
+    with pytest.raises(UserError, match=r"^rollout.opening_env: 'nosuch' is not an env of this run"):
+        resolve_run(settings(**{"rollout.opening_env": "nosuch"}), tasks=[row])
+    with pytest.raises(UserError, match="^tasks row 1: needs a 'question' field"):
+        resolve_run(settings(), tasks=[{"answer": "1"}])
+    # a registered env that no tool uses may speak first; rows then need no question
+    opening = settings(**{"rollout.opening_env": "scratchpad"})
+    resolved = resolve_run(opening, tasks=[{"answer": "1"}])
+    assert "scratchpad" in resolved.envs.specs and resolved.tasks == [{"answer": "1"}]
+    agent = settings(**{"rollout.opening_env": "scratchpad", "agent": "agent.py:run"})
+    with pytest.raises(UserError, match="^rollout.opening_env: an agent program writes its own"):
+        resolve_run(agent, tasks=[row])
+    bad_turns = [{**row, "later": "not a list"}]
+    with pytest.raises(UserError, match=r"^tasks row 1: 'later' must be a list"):
+        resolve_run(settings(**{"data.user_turns_field": "later"}), tasks=bad_turns)
+
+
+def test_the_engine_refuses_an_opening_env_it_was_not_given(chat):
+    with pytest.raises(ValueError, match="rollout.opening_env 'elsewhere' is not an env given"):
+        RolloutEngine(
+            ScriptedBackend([["x"]], chat), chat, get_parser("hermes"), [guess], None,
+            RolloutSettings(opening_env="elsewhere"), env_specs={"guess": GUESS},
+        )  # fmt: skip
