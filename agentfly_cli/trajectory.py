@@ -364,7 +364,8 @@ def _check_shape(t: Trajectory) -> None:
 
 
 def _check_report(report: Any) -> None:
-    """Raise ValueError unless ``report`` is an env report ``{turn, source, reward, done, info}``."""
+    """Raise ValueError unless ``report`` is an env report: ``{turn, source, reward, done,
+    info}``."""
     if not isinstance(report, dict) or set(report) != set(REPORT_KEYS):
         raise ValueError(f"env_reports hold objects with the keys {', '.join(REPORT_KEYS)}")
     reward = report["reward"]

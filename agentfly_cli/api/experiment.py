@@ -174,8 +174,8 @@ class Experiment:
         """The run folder checked, the warm start done (when the recipe has one), the trainer
         made; rows given in memory are kept in the run folder as its data file."""
         from agentfly_cli.files.run_folders import training_folder
-        from agentfly_cli.train.plan import plan_run
         from agentfly_cli.rollout.tasks import RowRules
+        from agentfly_cli.train.plan import plan_run
         from agentfly_cli.train.tasks.run_tasks import RunTasks
         from agentfly_cli.train.trainer import Trainer
 

@@ -29,9 +29,10 @@ from agentfly_cli.components.tools import Tool, ToolErrorKind, ToolResult
 from agentfly_cli.envs.manager import ResourceManager
 from agentfly_cli.envs.pool import EnvConfigError
 from agentfly_cli.files.surrogates import replace_surrogates
-from agentfly_cli.rollout.opening import opening_conversation, opening_report, read_opening
+from agentfly_cli.rollout.opening import check_opening_env, speak_first
 from agentfly_cli.rollout.reward_channel import call_info, tool_reports
 from agentfly_cli.rollout.tasks import check_system_prompt, opening_messages
+from agentfly_cli.rollout.turn_end import finish_after_turn
 from agentfly_cli.rollout.turn_plan import TurnPlan, parse_turn, plan_turn
 from agentfly_cli.rollout.user_turns import UserTurns
 from agentfly_cli.settings.rollout import RolloutSettings
@@ -57,11 +58,23 @@ class _Chain:
     state: ChainState = ChainState.GENERATING
     errors: int = 0
     turn_closed: bool = True  # the last assistant turn ended on its end-of-turn token
-    envs: dict[str, Any] = field(default_factory=dict)
-    handles: dict[str, Any] = field(default_factory=dict)  # the leases behind ``envs``
+    envs: dict[str, Any] = field(default_factory=dict)  # its env leases (handles), by name
     env_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    user_turns: UserTurns | None = None  # the row's user turns still to come
+    user_turns: UserTurns = field(default_factory=UserTurns)  # the row's, still to come
     stack: AsyncExitStack = field(default_factory=AsyncExitStack)
+
+    async def lease(self, envs: ResourceManager, name: str) -> Any:
+        """The chain's lease (handle) of the env ``name`` from ``envs``, taken once even when
+        calls ask for it together. The lease ends with the chain: the env goes back to its
+        pool, or is killed when the chain crashed or was cancelled."""
+        handle = self.envs.get(name)
+        if handle is None:
+            async with self.env_lock:
+                handle = self.envs.get(name)
+                if handle is None:
+                    lease = envs.lease(name, self.trajectory.task)
+                    handle = self.envs[name] = await self.stack.enter_async_context(lease)
+        return handle
 
 
 @contextlib.contextmanager
@@ -130,10 +143,7 @@ class RolloutEngine:
         missing = sorted({t.env for t in tools if t.env and t.env not in self.env_specs})
         if missing:
             raise ValueError(f"tools need envs that were not given: {', '.join(missing)}")
-        opening = self.settings.opening_env
-        if opening is not None and opening not in self.env_specs:
-            known = ", ".join(sorted(self.env_specs)) or "none"
-            raise ValueError(f"rollout.opening_env '{opening}' is not an env given ({known})")
+        opening = check_opening_env(self.settings.opening_env, self.env_specs)
         self.user_turns_field = user_turns_field  # the row field of its mid-episode user turns
         self.chain_limit = chain_limit(self.settings.concurrency, tools, self.envs, opening)
         self._eot_ids = frozenset(chat.eot_token_ids)
@@ -226,16 +236,17 @@ class RolloutEngine:
             meta=dict(self.meta),
         )
         opening_env = self.settings.opening_env
-        messages = (
-            opening_messages(task, self.system_prompt, self.examples) if opening_env is None else []
-        )
+        messages = [] if opening_env else opening_messages(task, self.system_prompt, self.examples)
         chain = _Chain(trajectory, messages, user_turns=UserTurns(task, self.user_turns_field))
         trajectory.timings = {"generate_s": 0.0, "tools_s": 0.0, "reward_s": 0.0}
         self._live[id(chain)] = chain
         try:
             async with chain.stack:
-                if opening_env is not None:
-                    await self._open(chain, opening_env)
+                if opening_env:  # the env speaks first, on the lease its tools then share
+                    handle = await chain.lease(self.envs, opening_env)
+                    chain.messages = speak_first(
+                        handle.opening, opening_env, trajectory, self.system_prompt, self.examples
+                    )
                 await self._loop(chain)
         except (asyncio.CancelledError, EnvConfigError):
             raise  # a misconfigured env fails every chain alike: the rollout stops
@@ -246,28 +257,12 @@ class RolloutEngine:
             chain.state = ChainState.DONE
             self._live.pop(id(chain), None)
         trajectory.messages = chain.messages
-        if chain.user_turns.total:  # which of the row's user turns were delivered, and when
-            trajectory.meta["user_turns"] = {
-                "total": chain.user_turns.total,
-                "delivered_after": list(chain.user_turns.delivered),
-            }
-        await self._score(trajectory)
+        chain.user_turns.note(trajectory)
+        await score_chain(self.reward, trajectory)
         trajectory.timings["total_s"] = round(time.perf_counter() - started, 6)
         return trajectory
 
     # -- the turn loop -------------------------------------------------------------------------
-    async def _open(self, chain: _Chain, name: str) -> None:
-        """The chain's conversation from what its opening env said at reset (the lease its
-        tools then share); a dict's report goes on the reward channel at turn -1."""
-        trajectory = chain.trajectory
-        opening = read_opening((await self._lease(chain, name)).opening, name)
-        chain.messages = opening_conversation(
-            trajectory.task, opening, self.system_prompt, self.examples
-        )
-        report = opening_report(opening, name)
-        if report is not None:
-            trajectory.env_reports.append(report)
-
     async def _loop(self, chain: _Chain) -> None:
         settings = self.settings
         trajectory = chain.trajectory
@@ -292,16 +287,7 @@ class RolloutEngine:
             else:
                 chain.state = ChainState.RUNNING_TOOLS
                 results = await self._run_tools(chain, turn, plan)
-            terminal = next((r for r in results if r.terminal and r.ok), None)
-            if terminal is not None:
-                trajectory.prediction = terminal.observation
-                trajectory.finish_reason = "terminal_tool"
-            elif any(r["done"] for r in trajectory.env_reports if r["turn"] == turn):
-                trajectory.finish_reason = "env_done"
-            elif chain.errors >= settings.max_errors:
-                trajectory.finish_reason = "errors"
-            elif turn == settings.max_turns - 1:
-                trajectory.finish_reason = "max_turns"
+            finish_after_turn(trajectory, turn, results, chain.errors, settings)
             observation = self.chat.observation_messages(
                 [(r.tool, r.info.get("call_id"), r.observation) for r in results]
             )
@@ -431,41 +417,22 @@ class RolloutEngine:
         return await tool.invoke(arguments, env=env, **self._invoke_options)
 
     async def _env(self, chain: _Chain, name: str) -> Any:
-        """The chain's env of that name, leased once even when calls ask for it together.
+        """The chain's env of that name (its lease: :meth:`_Chain.lease`)."""
+        return (await chain.lease(self.envs, name)).env
 
-        The lease ends with the chain: the env goes back to its pool, or is killed when the
-        chain crashed or was cancelled.
-        """
-        env = chain.envs.get(name)
-        if env is None:
-            env = (await self._lease(chain, name)).env
-        return env
 
-    async def _lease(self, chain: _Chain, name: str) -> Any:
-        """The chain's lease (handle) of the env ``name``, taken once, for the whole chain."""
-        handle = chain.handles.get(name)
-        if handle is None:
-            async with chain.env_lock:
-                handle = chain.handles.get(name)
-                if handle is None:
-                    handle = await chain.stack.enter_async_context(
-                        self.envs.lease(name, chain.trajectory.task)
-                    )
-                    chain.handles[name] = handle
-                    chain.envs[name] = handle.env
-        return handle
-
-    async def _score(self, trajectory: Trajectory) -> None:
-        if self.reward is None:
-            return
-        started = time.perf_counter()
-        result = await self.reward.score(trajectory.prediction, trajectory, trajectory.task)
-        trajectory.timings["reward_s"] = round(time.perf_counter() - started, 6)
-        trajectory.reward = float(result.reward)
-        extras = dict(result.extras)
-        if result.failed:
-            extras["error"] = result.error
-        trajectory.reward_extras = extras
+async def score_chain(reward: Any, trajectory: Trajectory) -> None:
+    """Score a finished chain with ``reward`` (none: left unscored)."""
+    if reward is None:
+        return
+    started = time.perf_counter()
+    result = await reward.score(trajectory.prediction, trajectory, trajectory.task)
+    trajectory.timings["reward_s"] = round(time.perf_counter() - started, 6)
+    trajectory.reward = float(result.reward)
+    extras = dict(result.extras)
+    if result.failed:
+        extras["error"] = result.error
+    trajectory.reward_extras = extras
 
 
 def _call_records(turn: int, plan: TurnPlan, results: list[ToolResult]) -> list[ToolCallRecord]:

@@ -16,6 +16,7 @@ from typing import Any
 
 from agentfly_cli.rollout.reward_channel import report, reward_value
 from agentfly_cli.rollout.tasks import opening_messages
+from agentfly_cli.trajectory import Trajectory
 
 OPENING_KEYS = ("observation", "system_prompt", "info", "reward", "done")
 _FORMS = (
@@ -70,6 +71,30 @@ def read_opening(value: Any, env: str) -> Opening:
     if not isinstance(done, bool):
         raise OpeningError(f"{where}: reset's 'done' must be true or false, not {done!r}")
     return Opening(observation, system_prompt, dict(info or {}), reward_value(reward), done, True)
+
+
+def check_opening_env(name: str | None, envs: Mapping[str, Any]) -> str | None:
+    """``name`` (``rollout.opening_env``) when it is one of ``envs``; ValueError otherwise."""
+    if name is not None and name not in envs:
+        known = ", ".join(sorted(envs)) or "none"
+        raise ValueError(f"rollout.opening_env '{name}' is not an env given ({known})")
+    return name
+
+
+def speak_first(
+    value: Any,
+    env: str,
+    trajectory: Trajectory,
+    system_prompt: str | None = None,
+    examples: Sequence[Mapping[str, Any]] = (),
+) -> list[dict[str, Any]]:
+    """The messages a chain starts from, given what its opening env ``env`` returned from
+    ``reset`` (``value``); a dict's report goes on the trajectory's reward channel."""
+    opening = read_opening(value, env)
+    reported = opening_report(opening, env)
+    if reported is not None:
+        trajectory.env_reports.append(reported)
+    return opening_conversation(trajectory.task, opening, system_prompt, examples)
 
 
 def opening_report(opening: Opening, env: str) -> dict[str, Any] | None:

@@ -41,15 +41,14 @@ def check_user_turns(row: Mapping[str, Any], field: str, where: str) -> None:
         after = turn.get("after", ANSWER)
         if after != ANSWER and (type(after) is not int or after < 0):
             raise UserError(
-                f"{at}.after must be \"{ANSWER}\" or an assistant turn number from 0, not "
-                f"{after!r}"
+                f'{at}.after must be "{ANSWER}" or an assistant turn number from 0, not {after!r}'
             )
 
 
 class UserTurns:
     """The user turns of one chain that are still to come."""
 
-    def __init__(self, task: Mapping[str, Any], field: str) -> None:
+    def __init__(self, task: Mapping[str, Any] | None = None, field: str = "user_turns") -> None:
         turns = task.get(field) if isinstance(task, Mapping) else None
         self._pending = [dict(t) for t in turns] if isinstance(turns, list) else []
         self.total = len(self._pending)
@@ -58,6 +57,12 @@ class UserTurns:
     def __bool__(self) -> bool:
         """True while a user turn is still to come."""
         return bool(self._pending)
+
+    def note(self, trajectory: Any) -> None:
+        """Record on a finished chain's ``meta`` which user turns were delivered, and when."""
+        if self.total:
+            trajectory.meta["user_turns"] = {"total": self.total,
+                                             "delivered_after": list(self.delivered)}  # fmt: skip
 
     def due(self, turn: int, answered: bool) -> list[dict[str, Any]]:
         """The user messages that follow assistant turn ``turn`` (``answered``: it was an

@@ -272,9 +272,7 @@ class Episode:
             policy_version=generation.policy_version,
         )
         segment.trajectory.token_exact = segment.trajectory.token_exact and generation.token_exact
-        segment.trajectory.tool_calls.extend(
-            parsed_calls(segment.trajectory.num_turns - 1, reply)
-        )
+        segment.trajectory.tool_calls.extend(parsed_calls(segment.trajectory.num_turns - 1, reply))
         segment.conversation = [*plan.conversation, message_key(reply)]
         segment.turn_closed = bool(ids) and ids[-1] in eot
         self.requests += 1

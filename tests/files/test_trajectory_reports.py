@@ -8,7 +8,12 @@ import json
 import pytest
 
 from agentfly_cli.errors import UserError
-from agentfly_cli.trajectory import ToolCallRecord, Trajectory, read_trajectories, write_trajectories
+from agentfly_cli.trajectory import (
+    ToolCallRecord,
+    Trajectory,
+    read_trajectories,
+    write_trajectories,
+)
 
 REPORT = {"turn": 0, "source": "tool:move", "reward": 0.5, "done": True, "info": {"score": 5}}
 

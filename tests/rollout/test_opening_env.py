@@ -33,8 +33,8 @@ async def guess(env, word: str) -> ToolResult:
         word: The guess.
     """
     result = await env.step(word)
-    return ToolResult(result["observation"], info={"reward": result["reward"],
-                                                   "done": result["done"], "word": word})  # fmt: skip
+    info = {"reward": result["reward"], "done": result["done"], "word": word}
+    return ToolResult(result["observation"], info=info)
 
 
 def call(name: str, **arguments) -> str:
@@ -88,7 +88,10 @@ def test_a_dict_opening_gives_the_system_prompt_and_a_report(chat):
     task = {"opening": opening, "target": "cat"}  # no question: the env speaks first
     [own] = rollout(engine_for(chat, [["dog"]]), [task])
     own.check()
-    expected = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Guess my word."}]
+    expected = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Guess my word."},
+    ]
     assert first_prompt(own) == chat.render_prompt(expected, [guess.schema])
     assert own.env_reports == [
         {"turn": -1, "source": "env:guess", "reward": 0.25, "done": False, "info": {"letters": 3}}
@@ -176,7 +179,10 @@ def test_the_opening_travels_from_other_processes(chat, tmp_path, where):
     from agentfly_cli.pool_server.server import PoolServer
 
     opening = {"observation": "Guess my word.", "system_prompt": "Be brief.", "reward": 0.5}
-    expected = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Guess my word."}]
+    expected = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Guess my word."},
+    ]
 
     async def main():
         server = task = None
@@ -215,7 +221,9 @@ def test_opening_env_is_checked_when_the_run_is_built(tiny_model):
         return load_config("calculator", model=str(tiny_model), **more)
 
     row = {"question": "q", "answer": "1"}
-    with pytest.raises(UserError, match=r"^rollout.opening_env: 'nosuch' is not an env of this run"):
+    with pytest.raises(
+        UserError, match=r"^rollout.opening_env: 'nosuch' is not an env of this run"
+    ):
         resolve_run(settings(**{"rollout.opening_env": "nosuch"}), tasks=[row])
     with pytest.raises(UserError, match="^tasks row 1: needs a 'question' field"):
         resolve_run(settings(), tasks=[{"answer": "1"}])

@@ -142,7 +142,7 @@ def test_the_field_is_the_one_data_user_turns_field_names(chat):
         ("hi", "'user_turns' must be a list of"),
         (["hi"], "user_turns[0] must be an object"),
         ([{"content": 3}], "user_turns[0].content must be a string"),
-        ([{"content": "x", "after": -1}], "user_turns[0].after must be \"answer\" or"),
+        ([{"content": "x", "after": -1}], 'user_turns[0].after must be "answer" or'),
         ([{"content": "x", "after": "tool"}], "user_turns[0].after must be"),
         ([{"content": "x", "afer": 1}], "user_turns[0] has the unknown key(s) afer"),
     ],
@@ -172,8 +172,12 @@ def real_chat(case: str) -> ChatTemplate:
         return ChatTemplate.load(str(folder), str(folder / "chat_template.jinja"))
     if case == "smollm2-hermes":
         hermes = real_tokenizer("hermes")
-        return ChatTemplate.load(str(real_tokenizer("smollm2")), str(hermes / "chat_template.jinja"))
-    return ChatTemplate.load(str(real_tokenizer("qwen3")), chat_template_kwargs={"enable_thinking": True})
+        return ChatTemplate.load(
+            str(real_tokenizer("smollm2")), str(hermes / "chat_template.jinja")
+        )
+    return ChatTemplate.load(
+        str(real_tokenizer("qwen3")), chat_template_kwargs={"enable_thinking": True}
+    )
 
 
 @pytest.mark.parametrize("case", ["qwen2.5", "smollm2-hermes", "qwen3-thinking"])
@@ -223,7 +227,9 @@ def _messages_through_assistant(trajectory, count: int) -> list[dict]:
     """The messages up to the ``count``-th assistant message (raw text), included."""
     out, seen = [], 0
     for message in trajectory.messages:
-        out.append({k: v for k, v in message.items() if k not in ("tool_calls", "reasoning_content")})
+        out.append(
+            {k: v for k, v in message.items() if k not in ("tool_calls", "reasoning_content")}
+        )
         if message["role"] == "assistant":
             seen += 1
             if seen == count:

@@ -36,9 +36,7 @@ class TaskPlan:
                 "data.split: heldout would train on the held-out tasks; use train (the default)"
             )
         self.settings = settings
-        self.split = split_tasks(
-            tasks, settings.eval, data=data, file_rows=file_rows, rules=rules
-        )
+        self.split = split_tasks(tasks, settings.eval, data=data, file_rows=file_rows, rules=rules)
         self.held_out = HeldOutEval(self.split, settings.eval, settings.steps)
         self.stream = task_stream(
             self.split.train,
