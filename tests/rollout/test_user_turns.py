@@ -240,3 +240,25 @@ def _messages_through_assistant(trajectory, count: int) -> list[dict]:
 def _next_assistant(trajectory, start: int) -> int:
     return next(i for i in range(start, len(trajectory.messages))
                 if trajectory.messages[i]["role"] == "assistant")  # fmt: skip
+
+
+def test_a_run_reads_the_field_its_settings_name(tiny_model, tmp_path):
+    """``data.user_turns_field`` reaches the engine a run builds (rollout's own path)."""
+    from agentfly_cli.recipes.loader import load_config
+    from agentfly_cli.rollout.from_settings import build_rollout, run_rollout
+
+    script = tmp_path / "script.jsonl"
+    script.write_text(json.dumps({"responses": ["4", call("answer", answer="9")]}) + "\n")
+    config = load_config(
+        "calculator",
+        model=str(tiny_model),
+        **{"backend.name": "scripted", "backend.script": str(script), "rollout.n": 1,
+           "chat.parser": "hermes", "data.user_turns_field": "later"},
+    )  # fmt: skip
+    task = {"question": "2 + 2?", "answer": "9", "later": [{"content": "And 3 * 3?"}]}
+    [trajectory] = run_rollout(build_rollout(config, tasks=[task])).trajectories
+    trajectory.check()
+    assert trajectory.messages[-3] == {"role": "user", "content": "And 3 * 3?"}  # after "4"
+    assert trajectory.meta["user_turns"] == {"total": 1, "delivered_after": [0]}
+    assert (trajectory.finish_reason, trajectory.prediction) == ("terminal_tool", "9")
+    assert trajectory.reward == 1.0
