@@ -17,7 +17,17 @@ from agentfly_cli.errors import UserError
 from agentfly_cli.files.output_paths import write_all
 from agentfly_cli.files.surrogates import json_line
 
-FINISH_REASONS = ("answer", "terminal_tool", "max_turns", "length", "errors", "abort")
+FINISH_REASONS = (
+    "answer",
+    "terminal_tool",
+    "env_done",
+    "max_turns",
+    "length",
+    "errors",
+    "abort",
+)
+#: keys of an env report (:attr:`Trajectory.env_reports`)
+REPORT_KEYS = ("turn", "source", "reward", "done", "info")
 
 
 @dataclass
@@ -45,6 +55,7 @@ class ToolCallRecord:
     error_kind: str | None = None
     latency_s: float = 0.0
     terminal: bool = False
+    info: dict[str, Any] = field(default_factory=dict)  # what the tool reported (JSON-safe)
 
 
 @dataclass
@@ -57,6 +68,8 @@ class Trajectory:
     turns: list[Turn] = field(default_factory=list)
     messages: list[dict[str, Any]] = field(default_factory=list)
     tool_calls: list[ToolCallRecord] = field(default_factory=list)
+    # what envs and tools reported, in order: {turn, source, reward, done, info}
+    env_reports: list[dict[str, Any]] = field(default_factory=list)
     reward: float | None = None
     reward_extras: dict[str, Any] = field(default_factory=dict)
     finish_reason: str = ""
@@ -98,6 +111,12 @@ class Trajectory:
             if turn.sampled_ids is not None:
                 out.extend(turn.sampled_ids)
         return out
+
+    @property
+    def env_reward(self) -> float | None:
+        """The sum of the rewards that envs and tools reported (None when none reported one)."""
+        rewards = [r["reward"] for r in self.env_reports if r.get("reward") is not None]
+        return float(sum(rewards)) if rewards else None
 
     def token_versions(self) -> list[int | None]:
         """Per id, the weight version that sampled it (None: not sampled, or not recorded)."""
@@ -145,11 +164,14 @@ class Trajectory:
 
     # -- JSON ----------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The record as JSON-able data, with the derived ``env_reward`` beside the fields."""
+        return {**asdict(self), "env_reward": self.env_reward}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Trajectory:
+        """A record from :meth:`to_dict`'s data (or an older record without the newer fields)."""
         data = dict(data)
+        data.pop("env_reward", None)  # derived from env_reports
         turns = [Turn(**t) for t in data.pop("turns", [])]
         calls = [ToolCallRecord(**c) for c in data.pop("tool_calls", [])]
         known = {f for f in cls.__dataclass_fields__}
@@ -333,6 +355,26 @@ def _check_shape(t: Trajectory) -> None:
         raise ValueError("messages must be a list of objects")
     if not isinstance(t.meta, dict) or not isinstance(t.task, dict):
         raise ValueError("meta and task must be objects")
+    if not all(isinstance(c.info, dict) for c in t.tool_calls):
+        raise ValueError("tool_calls[].info must be objects")
+    if not isinstance(t.env_reports, list):
+        raise ValueError("env_reports must be a list of objects")
+    for report in t.env_reports:
+        _check_report(report)
+
+
+def _check_report(report: Any) -> None:
+    """Raise ValueError unless ``report`` is an env report: ``{turn, source, reward, done,
+    info}``."""
+    if not isinstance(report, dict) or set(report) != set(REPORT_KEYS):
+        raise ValueError(f"env_reports hold objects with the keys {', '.join(REPORT_KEYS)}")
+    reward = report["reward"]
+    if type(report["turn"]) is not int or not isinstance(report["source"], str):
+        raise ValueError("an env report's turn must be an integer and its source a string")
+    if reward is not None and (isinstance(reward, bool) or not isinstance(reward, (int, float))):
+        raise ValueError(f"an env report's reward must be a number or null, not {reward!r}")
+    if not isinstance(report["done"], bool) or not isinstance(report["info"], dict):
+        raise ValueError("an env report's done must be true or false and its info an object")
 
 
 def read_trajectories(path: str | os.PathLike) -> list[Trajectory]:

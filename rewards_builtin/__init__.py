@@ -17,6 +17,7 @@ _EXPORTS = {
     "textworld_score": "rewards_builtin.textworld",
     "chess_solved": "rewards_builtin.chess_puzzles",
     "llm_judge": "rewards_builtin.judge",
+    "env_reward": "rewards_builtin.env_reward",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__ = lazy_exports(globals(), _EXPORTS)

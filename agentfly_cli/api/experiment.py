@@ -174,6 +174,7 @@ class Experiment:
         """The run folder checked, the warm start done (when the recipe has one), the trainer
         made; rows given in memory are kept in the run folder as its data file."""
         from agentfly_cli.files.run_folders import training_folder
+        from agentfly_cli.rollout.tasks import RowRules
         from agentfly_cli.train.plan import plan_run
         from agentfly_cli.train.tasks.run_tasks import RunTasks
         from agentfly_cli.train.trainer import Trainer
@@ -189,7 +190,7 @@ class Experiment:
         components = {"tools": tools, "reward": reward, "host": self.host}
         # the data file is read once: the warm start and RL take their sides of the same rows
         if tasks is None and settings.trainer.warm_start.enabled:
-            tasks = RunTasks.load(settings.data)
+            tasks = RunTasks.load(settings.data, RowRules.of(settings))
         plan = plan_run(
             settings, run_dir, warm_start=True, tasks=tasks, console=console, **components
         )
@@ -218,23 +219,24 @@ def _as_reward(reward: Any) -> Any:
     return make_reward(reward)
 
 
-def _checked_rows(rows: Any) -> list[dict[str, Any]]:
+def _checked_rows(rows: Any, settings: RunSettings) -> list[dict[str, Any]]:
     """Task rows given in memory, each checked as a data file's row is."""
-    from agentfly_cli.rollout.tasks import check_tasks
+    from agentfly_cli.rollout.tasks import RowRules, check_tasks
 
     if isinstance(rows, (str, bytes)) or not isinstance(rows, Sequence) or not rows:
         raise UserError("tasks: expected a non-empty list of task rows (dicts with 'question')")
-    return [dict(row) for row in check_tasks(rows, "tasks")]
+    return [dict(row) for row in check_tasks(rows, "tasks", RowRules.of(settings))]
 
 
 def _tasks_of(settings: RunSettings, rows: list | None) -> list[dict[str, Any]]:
     """``settings``' tasks: from ``rows`` when given (selected as a file's rows are: the
     held-out split, ``where``, ``shuffle``, ``limit``), else its data file."""
-    from agentfly_cli.rollout.tasks import data_side, read_tasks
+    from agentfly_cli.rollout.tasks import RowRules, data_side, read_tasks
 
     if rows is not None:
-        return data_side(_checked_rows(rows), settings.data, "tasks")
-    return data_side(read_tasks(settings.data.path), settings.data, str(settings.data.path))
+        return data_side(_checked_rows(rows, settings), settings.data, "tasks")
+    rules = RowRules.of(settings)
+    return data_side(read_tasks(settings.data.path, rules), settings.data, str(settings.data.path))
 
 
 def _with_task_file(
@@ -242,7 +244,7 @@ def _with_task_file(
 ) -> tuple[RunSettings, list[dict[str, Any]]]:
     """``settings`` reading ``rows`` (checked) from ``path``, where they are written as JSONL
     (the run folder's record of its data), and the checked rows."""
-    rows = _checked_rows(rows)
+    rows = _checked_rows(rows, settings)
     path.parent.mkdir(parents=True, exist_ok=True)
     text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
     path.write_text(text, encoding="utf-8")

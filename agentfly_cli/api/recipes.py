@@ -18,10 +18,12 @@ def load_recipe(name: str) -> RunSettings:
 
 def recipe_tasks(config: RunSettings) -> list[dict[str, Any]]:
     """The task rows ``config``'s data selects (``data.limit``, ``data.where``); [] with none."""
-    from agentfly_cli.rollout.tasks import load_tasks
+    from agentfly_cli.rollout.tasks import RowRules, load_tasks
 
     path = config.data.path
-    return load_tasks(path, config.data.limit, config.data.where) if path else []
+    if not path:
+        return []
+    return load_tasks(path, config.data.limit, config.data.where, rules=RowRules.of(config))
 
 
 def field_choices(rows: Sequence[Any]) -> dict[str, dict[str, int]]:

@@ -28,6 +28,11 @@ class TimedLease(EnvHandle):
         self.timer: asyncio.TimerHandle | None = None
 
     @property
+    def opening(self) -> Any:
+        """What the env's ``reset(task)`` returned for this lease."""
+        return self.inner.opening
+
+    @property
     def expired(self) -> bool:
         return self._expiry.done()
 

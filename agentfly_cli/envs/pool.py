@@ -168,6 +168,7 @@ class EnvPool:
             handle = await self._wait(deadline, timeout)
             if handle is None:  # a freed slot was promised to us: start an env in it
                 handle = await self._start_one(granted=True)
+        handle.opening = None  # the previous lease's opening is not this one's
         if task is not None:
             await self._reset_for(handle, task)
         if self._closed:  # it closed while the env was reset
@@ -327,7 +328,7 @@ class EnvPool:
     async def _reset_for(self, handle: EnvHandle, task: Mapping[str, Any]) -> None:
         self._preparing.add(handle)
         try:
-            await asyncio.wait_for(handle.reset(task), self.settings.reset_timeout)
+            opening = await asyncio.wait_for(handle.reset(task), self.settings.reset_timeout)
         except BaseException as exc:
             self._preparing.discard(handle)
             self._stats.failed += 1
@@ -335,6 +336,7 @@ class EnvPool:
             self._warmth.replenish()
             raise_as(reset_failure(self.name, self.settings.reset_timeout, exc), exc)
         self._preparing.discard(handle)
+        handle.opening = opening  # what the env said at reset: an opening env's first words
 
     def _reclaim(self, handle: EnvHandle) -> None:
         """A lease ran past ``lease_timeout``: kill its env and start a replacement."""

@@ -1,7 +1,8 @@
 """The client side of a pool server: leases over a socket, one connection per lease.
 
-A lease is a connection: ``acquire`` takes an env on the server, ``step``/``reset`` drive it,
-``release`` returns it. If the client crashes, is cancelled or simply disconnects, the server
+A lease is a connection: ``acquire`` takes an env on the server (its reply: where the env lives,
+and under ``opening`` what its ``reset(task)`` returned, a JSON value), ``step``/``reset`` drive
+it, ``release`` returns it. If the client crashes, is cancelled or simply disconnects, the server
 sees the connection close and kills the env, so a lease can never leak. Messages are JSON.
 """
 
@@ -22,6 +23,8 @@ from agentfly_cli.errors import UserError
 from agentfly_cli.settings.envs import EnvPoolSettings, PoolLimits
 
 PROTOCOL_VERSION = 1
+#: the key of an ``acquire`` reply that carries the env's reset return (beside where it lives)
+OPENING_KEY = "opening"
 _POOL_ERRORS = {"AcquireTimeout", "EnvStartError", "PoolClosed", "EnvPoolError", "LeaseExpired"}
 
 
@@ -193,7 +196,11 @@ class RemotePool:
             raise
         finally:
             self._stats.waiting -= 1
-        handle = self._leases.grant(RemoteEnvHandle(connection, info or {}))
+        info = dict(info or {})
+        opening = info.pop(OPENING_KEY, None)  # what the env's reset said (a server of 0.x: none)
+        remote = RemoteEnvHandle(connection, info)
+        remote.opening = opening
+        handle = self._leases.grant(remote)
         self._stats.acquired += 1
         self._stats.in_use += 1
         try:

@@ -31,7 +31,7 @@ from agentfly_cli.envs.base import EnvSpec
 from agentfly_cli.envs.pool import EnvPool
 from agentfly_cli.envs.process_identity import own_identity
 from agentfly_cli.envs.providers import make_provider
-from agentfly_cli.envs.remote import PROTOCOL_VERSION
+from agentfly_cli.envs.remote import OPENING_KEY, PROTOCOL_VERSION
 from agentfly_cli.envs.state import (
     ServerRecord,
     check_server_name,
@@ -197,7 +197,10 @@ class PoolServer:
                     return False, _error("ProtocolError", "this connection holds an env"), handle
                 timeout = checked_seconds(message.get("timeout"))
                 handle = await self.pool.acquire(message.get("task"), timeout)
-                return True, dict(handle.info), handle
+                reply = dict(handle.info)
+                if handle.opening is not None:  # what reset(task) said, for an opening env
+                    reply[OPENING_KEY] = handle.opening
+                return True, reply, handle
             if handle is None:
                 return False, _error("ProtocolError", f"'{op}' needs an env: acquire first"), None
             if op == "step":

@@ -29,8 +29,12 @@ from agentfly_cli.components.tools import Tool, ToolErrorKind, ToolResult
 from agentfly_cli.envs.manager import ResourceManager
 from agentfly_cli.envs.pool import EnvConfigError
 from agentfly_cli.files.surrogates import replace_surrogates
+from agentfly_cli.rollout.opening import check_opening_env, speak_first
+from agentfly_cli.rollout.reward_channel import call_info, tool_reports
 from agentfly_cli.rollout.tasks import check_system_prompt, opening_messages
+from agentfly_cli.rollout.turn_end import finish_after_turn
 from agentfly_cli.rollout.turn_plan import TurnPlan, parse_turn, plan_turn
+from agentfly_cli.rollout.user_turns import UserTurns
 from agentfly_cli.settings.rollout import RolloutSettings
 from agentfly_cli.trajectory import ToolCallRecord, Trajectory
 
@@ -54,9 +58,23 @@ class _Chain:
     state: ChainState = ChainState.GENERATING
     errors: int = 0
     turn_closed: bool = True  # the last assistant turn ended on its end-of-turn token
-    envs: dict[str, Any] = field(default_factory=dict)
+    envs: dict[str, Any] = field(default_factory=dict)  # its env leases (handles), by name
     env_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    user_turns: UserTurns = field(default_factory=UserTurns)  # the row's, still to come
     stack: AsyncExitStack = field(default_factory=AsyncExitStack)
+
+    async def lease(self, envs: ResourceManager, name: str) -> Any:
+        """The chain's lease (handle) of the env ``name`` from ``envs``, taken once even when
+        calls ask for it together. The lease ends with the chain: the env goes back to its
+        pool, or is killed when the chain crashed or was cancelled."""
+        handle = self.envs.get(name)
+        if handle is None:
+            async with self.env_lock:
+                handle = self.envs.get(name)
+                if handle is None:
+                    lease = envs.lease(name, self.trajectory.task)
+                    handle = self.envs[name] = await self.stack.enter_async_context(lease)
+        return handle
 
 
 @contextlib.contextmanager
@@ -102,6 +120,7 @@ class RolloutEngine:
         env_specs: Mapping[str, Any] | None = None,
         env_manager: ResourceManager | None = None,
         meta: Mapping[str, Any] | None = None,
+        user_turns_field: str = "user_turns",
     ) -> None:
         self.backend = backend
         self.chat = chat
@@ -124,7 +143,9 @@ class RolloutEngine:
         missing = sorted({t.env for t in tools if t.env and t.env not in self.env_specs})
         if missing:
             raise ValueError(f"tools need envs that were not given: {', '.join(missing)}")
-        self.chain_limit = chain_limit(self.settings.concurrency, tools, self.envs)
+        opening = check_opening_env(self.settings.opening_env, self.env_specs)
+        self.user_turns_field = user_turns_field  # the row field of its mid-episode user turns
+        self.chain_limit = chain_limit(self.settings.concurrency, tools, self.envs, opening)
         self._eot_ids = frozenset(chat.eot_token_ids)
         extra_stops = [i for i in chat.stop_token_ids(self.settings.stop) if i not in self._eot_ids]
         self._stop_ids = (*chat.eot_token_ids, *extra_stops)
@@ -214,12 +235,18 @@ class RolloutEngine:
             task=dict(task),
             meta=dict(self.meta),
         )
-        messages = opening_messages(task, self.system_prompt, self.examples)
-        chain = _Chain(trajectory, messages)
+        opening_env = self.settings.opening_env
+        messages = [] if opening_env else opening_messages(task, self.system_prompt, self.examples)
+        chain = _Chain(trajectory, messages, user_turns=UserTurns(task, self.user_turns_field))
         trajectory.timings = {"generate_s": 0.0, "tools_s": 0.0, "reward_s": 0.0}
         self._live[id(chain)] = chain
         try:
             async with chain.stack:
+                if opening_env:  # the env speaks first, on the lease its tools then share
+                    handle = await chain.lease(self.envs, opening_env)
+                    chain.messages = speak_first(
+                        handle.opening, opening_env, trajectory, self.system_prompt, self.examples
+                    )
                 await self._loop(chain)
         except (asyncio.CancelledError, EnvConfigError):
             raise  # a misconfigured env fails every chain alike: the rollout stops
@@ -230,7 +257,8 @@ class RolloutEngine:
             chain.state = ChainState.DONE
             self._live.pop(id(chain), None)
         trajectory.messages = chain.messages
-        await self._score(trajectory)
+        chain.user_turns.note(trajectory)
+        await score_chain(self.reward, trajectory)
         trajectory.timings["total_s"] = round(time.perf_counter() - started, 6)
         return trajectory
 
@@ -240,6 +268,9 @@ class RolloutEngine:
         trajectory = chain.trajectory
         prompt = self.chat.render_prompt(chain.messages, self.tool_schemas)
         trajectory.append("prompt", prompt, sampled=False)
+        if any(report["done"] for report in trajectory.env_reports):
+            trajectory.finish_reason = "env_done"  # the opening env ended the episode at once
+            return
         for turn in range(settings.max_turns):
             budget = settings.max_total_tokens - len(trajectory.ids)
             if budget <= 0:
@@ -247,26 +278,26 @@ class RolloutEngine:
                 return
             chain.state = ChainState.GENERATING
             plan = await self._generate(chain, turn, budget)
-            if trajectory.finish_reason:
+            answered = trajectory.finish_reason == "answer"
+            if answered and chain.user_turns:
+                trajectory.finish_reason = ""  # a user turn follows the answer: it goes on
+                results: list[ToolResult] = []
+            elif trajectory.finish_reason:
                 return
-            chain.state = ChainState.RUNNING_TOOLS
-            results = await self._run_tools(chain, turn, plan)
-            terminal = next((r for r in results if r.terminal and r.ok), None)
-            if terminal is not None:
-                trajectory.prediction = terminal.observation
-                trajectory.finish_reason = "terminal_tool"
-            elif chain.errors >= settings.max_errors:
-                trajectory.finish_reason = "errors"
-            elif turn == settings.max_turns - 1:
-                trajectory.finish_reason = "max_turns"
+            else:
+                chain.state = ChainState.RUNNING_TOOLS
+                results = await self._run_tools(chain, turn, plan)
+            finish_after_turn(trajectory, turn, results, chain.errors, settings)
             observation = self.chat.observation_messages(
                 [(r.tool, r.info.get("call_id"), r.observation) for r in results]
             )
             chain.messages.extend(observation)
             if trajectory.finish_reason:
                 return
+            user = chain.user_turns.due(turn, answered)  # the row's user turns due now
+            chain.messages.extend(user)
             delta = self.chat.observation_delta(
-                observation, self.tool_schemas, closed=chain.turn_closed
+                observation + user, self.tool_schemas, closed=chain.turn_closed
             )
             if len(trajectory.ids) + len(delta) >= settings.max_total_tokens:
                 trajectory.finish_reason = "length"
@@ -352,6 +383,7 @@ class RolloutEngine:
         for call, result in zip(plan.calls, results, strict=True):
             result.info["call_id"] = call.id
         chain.trajectory.tool_calls.extend(_call_records(turn, plan, results))
+        chain.trajectory.env_reports.extend(tool_reports(turn, plan.calls, results))
         everything = results + plan.errors
         chain.errors += sum(1 for r in everything if not r.ok)
         return everything
@@ -385,33 +417,22 @@ class RolloutEngine:
         return await tool.invoke(arguments, env=env, **self._invoke_options)
 
     async def _env(self, chain: _Chain, name: str) -> Any:
-        """The chain's env of that name, leased once even when calls ask for it together.
+        """The chain's env of that name (its lease: :meth:`_Chain.lease`)."""
+        return (await chain.lease(self.envs, name)).env
 
-        The lease ends with the chain: the env goes back to its pool, or is killed when the
-        chain crashed or was cancelled.
-        """
-        env = chain.envs.get(name)
-        if env is None:
-            async with chain.env_lock:
-                env = chain.envs.get(name)
-                if env is None:
-                    handle = await chain.stack.enter_async_context(
-                        self.envs.lease(name, chain.trajectory.task)
-                    )
-                    env = chain.envs[name] = handle.env
-        return env
 
-    async def _score(self, trajectory: Trajectory) -> None:
-        if self.reward is None:
-            return
-        started = time.perf_counter()
-        result = await self.reward.score(trajectory.prediction, trajectory, trajectory.task)
-        trajectory.timings["reward_s"] = round(time.perf_counter() - started, 6)
-        trajectory.reward = float(result.reward)
-        extras = dict(result.extras)
-        if result.failed:
-            extras["error"] = result.error
-        trajectory.reward_extras = extras
+async def score_chain(reward: Any, trajectory: Trajectory) -> None:
+    """Score a finished chain with ``reward`` (none: left unscored)."""
+    if reward is None:
+        return
+    started = time.perf_counter()
+    result = await reward.score(trajectory.prediction, trajectory, trajectory.task)
+    trajectory.timings["reward_s"] = round(time.perf_counter() - started, 6)
+    trajectory.reward = float(result.reward)
+    extras = dict(result.extras)
+    if result.failed:
+        extras["error"] = result.error
+    trajectory.reward_extras = extras
 
 
 def _call_records(turn: int, plan: TurnPlan, results: list[ToolResult]) -> list[ToolCallRecord]:
@@ -427,6 +448,7 @@ def _call_records(turn: int, plan: TurnPlan, results: list[ToolResult]) -> list[
             error_kind=result.error_kind,
             latency_s=float(result.info.get("latency_s", 0.0)),
             terminal=result.terminal,
+            info=call_info(result.info),
         )
         for call, result in zip(plan.calls, results, strict=True)
     ]
@@ -445,11 +467,15 @@ def _call_records(turn: int, plan: TurnPlan, results: list[ToolResult]) -> list[
     return records
 
 
-def chain_limit(concurrency: int, tools: Sequence[Tool], envs: ResourceManager) -> int:
+def chain_limit(
+    concurrency: int, tools: Sequence[Tool], envs: ResourceManager, opening: str | None = None
+) -> int:
     """Chains in flight at once: ``concurrency``, but no more than the smallest pool of an env
-    the tools use. A chain keeps its env until it ends, so chains beyond the pool's cap would
-    queue for one and, past ``acquire_timeout``, fail; a warning says so and how to run more."""
-    caps = {name: envs.pool_max(name) for name in sorted({t.env for t in tools if t.env})}
+    the tools (or the ``opening`` env) use. A chain keeps its env until it ends, so chains
+    beyond the pool's cap would queue for one and, past ``acquire_timeout``, fail; a warning
+    says so and how to run more."""
+    used = {t.env for t in tools if t.env} | ({opening} if opening else set())
+    caps = {name: envs.pool_max(name) for name in sorted(used)}
     caps = {name: cap for name, cap in caps.items() if cap is not None}
     if not caps:
         return concurrency

@@ -168,6 +168,7 @@ def resolve_run(
     for t in tools:  # a tool may bring its own env spec (MCP tools do); else the registry's
         if t.env and t.env not in env_specs:
             env_specs[t.env] = t.env_spec or host.components.envs.get(t.env)
+    _add_opening_env(config, env_specs, host)
     for name in config.envs:
         if name not in env_specs:
             used = ", ".join(sorted(env_specs)) or "none"
@@ -214,22 +215,45 @@ def resolve_run(
     )
 
 
+def _add_opening_env(config: RunSettings, env_specs: dict[str, Any], host: Any) -> None:
+    """Check ``rollout.opening_env`` against the run's envs (an env no tool uses is taken from
+    the registry); one UserError line when it names none."""
+    name = config.rollout.opening_env
+    if name is None:
+        return
+    if config.agent is not None:
+        raise UserError(
+            "rollout.opening_env: an agent program writes its own prompts, so no env can speak "
+            "first; remove rollout.opening_env or the agent"
+        )
+    if name in env_specs:
+        return
+    if name not in host.components.envs:
+        used = ", ".join(sorted(env_specs)) or "none"
+        raise UserError(
+            f"rollout.opening_env: '{name}' is not an env of this run (its tools use: {used}) "
+            "nor a registered env (agentfly env list); name one of them"
+        )
+    env_specs[name] = host.components.envs.get(name)
+
+
 def _run_tasks(
     config: RunSettings, tasks: Sequence[Mapping[str, Any]] | None, source: str | None
 ) -> tuple[list[dict[str, Any]], str]:
     """The run's tasks and the name its errors give them: rows given in memory, checked, or
     ``data``'s side of ``data.path``."""
-    from agentfly_cli.rollout.tasks import check_tasks, data_side, read_tasks
+    from agentfly_cli.rollout.tasks import RowRules, check_tasks, data_side, read_tasks
 
+    rules = RowRules.of(config)
     if tasks is not None:
         source = source or "tasks"
         if not tasks:
             raise UserError(f"{source}: no task rows given; pass at least one")
-        return check_tasks(tasks, source), source
+        return check_tasks(tasks, source, rules), source
     if not config.data.path:
         raise UserError("no data: pass --data FILE.jsonl (or set data.path in the settings)")
     path = str(config.data.path)
-    return data_side(read_tasks(path), config.data, path), path
+    return data_side(read_tasks(path, rules), config.data, path), path
 
 
 def assemble(resolved: ResolvedRun, backend: Any) -> RolloutRun:
@@ -257,6 +281,7 @@ def assemble(resolved: ResolvedRun, backend: Any) -> RolloutRun:
             examples=config.chat.examples,
             env_manager=resolved.envs,
             meta=meta,
+            user_turns_field=config.data.user_turns_field,
         )
     info = {
         "model": resolved.model_path,

@@ -1,7 +1,9 @@
 """Tasks: dataset rows loaded from JSONL, JSON, Parquet or a ``datasets`` folder, as messages.
 
 A row has ``question`` (rendered as the user message) or ``messages`` (a whole opening
-conversation), plus any other fields; rewards receive those fields by name.
+conversation), plus any other fields; rewards receive those fields by name. With
+``rollout.opening_env`` the env's reset gives the user message, so a row needs neither; a row's
+``user_turns`` (``data.user_turns_field``) are checked here too (:class:`RowRules`).
 """
 
 from __future__ import annotations
@@ -12,14 +14,29 @@ import re
 import string
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from agentfly_cli.errors import UserError
 from agentfly_cli.rollout.task_files import read_rows
+from agentfly_cli.rollout.user_turns import check_user_turns
 
 ROLES = {"system", "user", "assistant", "tool"}
 MAX_NESTING = 100  # a task row deeper than this could not be written into a trajectory
+
+
+@dataclass(frozen=True)
+class RowRules:
+    """What a run's settings ask of each row, beyond being an object."""
+
+    needs_prompt: bool = True  # False with rollout.opening_env: the env gives the user message
+    user_turns_field: str = "user_turns"  # data.user_turns_field
+
+    @classmethod
+    def of(cls, settings: Any) -> RowRules:
+        """The rules of a ``RunSettings``."""
+        return cls(settings.rollout.opening_env is None, settings.data.user_turns_field)
 
 
 def held_out_indices(count: int, fraction: float, seed: int) -> set[int]:
@@ -50,8 +67,9 @@ def load_tasks(
     holdout_seed: int = 0,
     side: str = "all",
     shuffle_seed: int | None = None,
+    rules: RowRules | None = None,
 ) -> list[dict[str, Any]]:
-    """Read the task rows of a data file or folder; every row is checked.
+    """Read the task rows of a data file or folder; every row is checked (by ``rules``).
 
     With ``holdout``, ``side`` picks the rows that :func:`held_out_indices` holds out
     (``heldout``), the others (``train``) or all; drawn over the whole file, before ``where``
@@ -61,23 +79,25 @@ def load_tasks(
     :func:`pick_tasks`: a run that needs several sides reads the file once.
     """
     return pick_tasks(
-        read_tasks(path), str(path), limit, where, where_key,
+        read_tasks(path, rules), str(path), limit, where, where_key,
         holdout=holdout, holdout_seed=holdout_seed, side=side, shuffle_seed=shuffle_seed,
     )  # fmt: skip
 
 
-def read_tasks(path: str | Path) -> list[dict[str, Any]]:
+def read_tasks(path: str | Path, rules: RowRules | None = None) -> list[dict[str, Any]]:
     """Every row of the data file or folder at ``path``, each checked as a task."""
     rows = read_rows(path)
     if not rows:
         raise UserError(f"data file {str(path)!r} has no rows")
-    return check_tasks(rows, str(path))
+    return check_tasks(rows, str(path), rules)
 
 
-def check_tasks(rows: Sequence[Any], source: str) -> list[dict[str, Any]]:
+def check_tasks(
+    rows: Sequence[Any], source: str, rules: RowRules | None = None
+) -> list[dict[str, Any]]:
     """``rows`` as a list, each checked as a task (errors name ``source`` row N)."""
     for number, row in enumerate(rows, 1):
-        check_task(row, f"{source} row {number}")
+        check_task(row, f"{source} row {number}", rules)
     return list(rows)
 
 
@@ -199,9 +219,11 @@ def _field_names(rows: Sequence[Any]) -> str:
     return ", ".join(names) or "none"
 
 
-def check_task(row: Any, where: str) -> None:
-    """Raise a UserError unless ``row`` is an object with ``question`` or valid ``messages``,
-    nested at most :data:`MAX_NESTING` levels deep."""
+def check_task(row: Any, where: str, rules: RowRules | None = None) -> None:
+    """Raise a UserError unless ``row`` is an object with ``question`` or valid ``messages``
+    (either may be absent when ``rules.needs_prompt`` is False), with valid user turns, nested
+    at most :data:`MAX_NESTING` levels deep."""
+    rules = rules or RowRules()
     if not isinstance(row, Mapping):
         raise UserError(f"{where}: expected a JSON object, got {type(row).__name__}")
     if nesting(row) > MAX_NESTING:
@@ -223,10 +245,11 @@ def check_task(row: Any, where: str) -> None:
     elif "question" in row:
         if not isinstance(row["question"], str):
             raise UserError(f"{where}: 'question' must be a string")
-    else:
+    elif rules.needs_prompt:
         raise UserError(
             f"{where}: needs a 'question' field (the user message) or 'messages' (a conversation)"
         )
+    check_user_turns(row, rules.user_turns_field, where)
 
 
 def nesting(value: Any) -> int:

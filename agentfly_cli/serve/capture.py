@@ -9,6 +9,11 @@ included) stay as they were sampled. A request that does not extend any segment 
 trimmed or rewrote its history, or started over) opens a new segment, rendered in full by the
 chat template. Segments of an episode share its reward and its group.
 
+Each segment's ``tool_calls`` are the calls the gateway parsed in its replies (``turn``: the
+segment's assistant turn), each with the observation the agent sent back for it in the request
+that extends the segment (a ``tool`` message, by ``tool_call_id`` or else in order; empty until
+then). Their ``status`` is ``ok``: the agent ran them, and only it knows how they went.
+
 Two requests that extend the same segment at once (``n`` > 1, or an agent's parallel calls)
 each get their own copy: the second to finish forks the segment at the point both started
 from.
@@ -16,12 +21,13 @@ from.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from agentfly_cli.backends.base import Generation
-from agentfly_cli.trajectory import Trajectory
+from agentfly_cli.trajectory import ToolCallRecord, Trajectory
 
 Conversation = list[tuple]
 
@@ -180,6 +186,7 @@ class Plan:
     conversation: Conversation
     segment: Segment | None = None
     base: int = 0
+    added: list[dict[str, Any]] = field(default_factory=list)  # the request's new messages
 
 
 @dataclass
@@ -231,12 +238,13 @@ class Episode:
         if match.segment is None:
             converted = template_messages(messages, chat, wire=_wire(chat, messages))
             ids = chat.render_prompt(converted, tools)
-            return Plan(list(ids), list(ids), match.conversation)
+            return Plan(list(ids), list(ids), match.conversation, added=list(messages))
         start = match.start
         new = template_messages(messages, chat, start, _wire(chat, messages[start:]))
         delta = chat.observation_delta(new, tools, closed=match.closed)
         ids = match.ids
-        return Plan([*ids, *delta], delta, match.conversation, match.segment, len(ids))
+        return Plan([*ids, *delta], delta, match.conversation, match.segment, len(ids),
+                    list(messages[start:]))  # fmt: skip
 
     def record(self, plan: Plan, generation: Generation, reply: dict[str, Any], eot: set) -> None:
         """Add the request's context and the sampled reply to its segment (a fork of it when
@@ -253,6 +261,7 @@ class Episode:
                 segment.trajectory.sample_index = len(self.segments)
                 self.segments.append(segment)
             segment.trajectory.append("observation", plan.context_ids, sampled=False)
+        answer_calls(segment.trajectory, plan.added)
         ids = list(generation.token_ids)
         segment.trajectory.append(
             "assistant",
@@ -263,6 +272,7 @@ class Episode:
             policy_version=generation.policy_version,
         )
         segment.trajectory.token_exact = segment.trajectory.token_exact and generation.token_exact
+        segment.trajectory.tool_calls.extend(parsed_calls(segment.trajectory.num_turns - 1, reply))
         segment.conversation = [*plan.conversation, message_key(reply)]
         segment.turn_closed = bool(ids) and ids[-1] in eot
         self.requests += 1
@@ -277,8 +287,43 @@ class Episode:
         return out
 
 
+def parsed_calls(turn: int, reply: dict[str, Any]) -> list[ToolCallRecord]:
+    """The records of the tool calls the gateway parsed into ``reply`` (assistant turn
+    ``turn``); their observations come with the agent's next request."""
+    records = []
+    for call in reply.get("tool_calls") or []:
+        function = call.get("function") or {}
+        records.append(
+            ToolCallRecord(
+                turn=turn,
+                id=str(call.get("id") or ""),
+                name=str(function.get("name") or ""),
+                arguments=parsed_arguments(function.get("arguments")),
+                observation="",
+                status="ok",
+            )
+        )
+    return records
+
+
+def answer_calls(trajectory: Trajectory, messages: list[dict[str, Any]]) -> None:
+    """Give the calls of the trajectory's last assistant turn the observations that
+    ``messages`` bring back: each ``tool`` message answers the call of its ``tool_call_id``,
+    or (an id the agent changed or left out) the next call still unanswered, in order."""
+    last = trajectory.num_turns - 1
+    waiting = [c for c in trajectory.tool_calls if c.turn == last and not c.observation]
+    for message in messages:
+        if message.get("role") != "tool" or not waiting:
+            continue
+        call_id = message.get("tool_call_id") or ""
+        call = next((c for c in waiting if c.id and c.id == call_id), waiting[0])
+        waiting.remove(call)
+        call.observation = content_text(message.get("content"))
+
+
 def prefix_copy(trajectory: Trajectory, length: int) -> Trajectory:
-    """A new trajectory holding the turns of ``trajectory`` that end by ``length``."""
+    """A new trajectory holding the turns of ``trajectory`` that end by ``length`` (and the
+    tool calls of its assistant turns among them)."""
     copy = Trajectory(group_id=trajectory.group_id, task=dict(trajectory.task))
     for turn in trajectory.turns:
         if turn.end > length:
@@ -293,4 +338,6 @@ def prefix_copy(trajectory: Trajectory, length: int) -> Trajectory:
             finish_reason=turn.finish_reason,
             policy_version=turn.policy_version,
         )
+    kept = copy.num_turns
+    copy.tool_calls = [dataclasses.replace(c) for c in trajectory.tool_calls if c.turn < kept]
     return copy

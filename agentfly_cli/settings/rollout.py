@@ -47,6 +47,13 @@ class RolloutSettings(BaseModel):
             raise ValueError('an empty stop string would end every turn at once; use e.g. "\\n"')
         return stops
 
+    opening_env: str | None = Field(
+        None,
+        description="an env of the run that speaks first: each chain leases it before its "
+        "first prompt, and what its reset(task) returns (a string, or a dict with "
+        "'observation' and optional 'system_prompt', 'info', 'reward', 'done') is the first "
+        "user message, in place of the row's question; null: the row's question or messages",
+    )
     concurrency: int = Field(
         64, ge=1, description="chains in flight at once (at most the pool_max of an env in use)"
     )

@@ -50,6 +50,13 @@ class DataSettings(BaseModel):
         "holdout_seed, before where and limit, so a task never changes sides",
     )
     holdout_seed: int = Field(0, description="seeds the held-out draw (fixed per recipe)")
+    user_turns_field: str = Field(
+        "user_turns",
+        min_length=1,
+        description="the row field holding user turns that arrive mid-episode: a list of "
+        '{content, after: "answer" or an assistant turn number from 0}, each appended after '
+        "that turn with loss mask 0; the chain ends at an answer only when none is left",
+    )
     split: Literal["train", "heldout", "all"] = Field(
         "train",
         description="which side of the holdout this run reads (eval: heldout by default)",

@@ -104,6 +104,7 @@ class Trainer:
     # ---- setup -------------------------------------------------------------------------------
     def _setup(self) -> None:
         from agentfly_cli.rollout.from_settings import assemble, resolve_run
+        from agentfly_cli.rollout.tasks import RowRules
         from agentfly_cli.runtime.malloc import return_freed_memory
         from agentfly_cli.train_backends import build_train_backend
 
@@ -123,7 +124,9 @@ class Trainer:
             self.host = get_plugin_host()
         # an unknown train backend fails here, before anything loads
         self.host.components.train_backends.get(backend_settings.name)
-        data = self.run_tasks = self.run_tasks or RunTasks.load(self.config.data)
+        data = self.run_tasks = self.run_tasks or RunTasks.load(
+            self.config.data, RowRules.of(self.config)
+        )
         resolved = resolve_run(self.config, self.host, **data.as_given(), **self.components)
         self.model_path = resolved.model_path
         self.train = build_train_backend(self.model_path, backend_settings, self.host)
@@ -145,7 +148,9 @@ class Trainer:
             # and a shared-prefix pass is one more body call than a plain one.
             self.share_prefix = False
         self.chat = self.engine.chat
-        self.tasks = TaskPlan(self.rollout.tasks, settings, self.config.data, data.rows)
+        self.tasks = TaskPlan(
+            self.rollout.tasks, settings, self.config.data, data.rows, RowRules.of(self.config)
+        )
         if self.train.is_main:
             self.tasks.write_held_out(self.run_dir)
             self.plan.write(self.run_dir)

@@ -75,6 +75,25 @@ def test_qa_f1_reports_precision_and_recall(components):
     assert result.extras == {"precision": 1.0, "recall": pytest.approx(2 / 3)}
 
 
+def test_env_reward_is_the_environments_own_score(components):
+    from agentfly_cli.trajectory import Trajectory
+
+    env_reward = components.rewards.get("env_reward")
+    assert env_reward.fields == []  # it reads no dataset field, and no answer
+    reports = [
+        {"turn": -1, "source": "env:game", "reward": 0.5, "done": False, "info": {}},
+        {"turn": 0, "source": "tool:move", "reward": None, "done": False, "info": {"score": 3}},
+        {"turn": 1, "source": "tool:move", "reward": 0.25, "done": True, "info": {}},
+    ]
+    live = run(env_reward.score(None, Trajectory(env_reports=reports), {"question": "q"}))
+    assert (live.reward, live.extras) == (0.75, {"reports": 3, "rewarded": 2, "done": True})
+    saved = run(env_reward.score(None, {"env_reports": reports[:1]}, {}))  # a saved JSONL line
+    assert saved.reward == 0.5
+    for nothing in (None, Trajectory()):  # outside a rollout, or nothing reported
+        result = run(env_reward.score("an answer", nothing, {}))
+        assert not result.failed and result.reward == 0.0 and result.extras["reports"] == 0
+
+
 def test_builtin_rewards_need_the_answer_field(components):
     result = run(components.rewards.get("exact_match")("408", question="q"))
     assert result.failed and "'answer'" in result.error

@@ -227,3 +227,20 @@ def test_the_python_sandbox_runs_in_an_actor_with_its_state(ray_instance):
             await handle.close()
 
     asyncio.run(go())
+
+
+def test_a_pool_of_ray_actors_hands_over_what_reset_returned(ray_instance):
+    """The opening of an env that speaks first comes back from its actor (CounterEnv's reset
+    returns its number)."""
+    from agentfly_cli.envs.pool import EnvPool
+    from agentfly_cli.settings.envs import PoolLimits
+
+    async def go():
+        pool = EnvPool(spec(), RayProvider(), PoolLimits(pool_max=1))
+        async with pool:
+            async with pool.lease({"n": 7}) as handle:
+                assert handle.opening == 7
+            async with pool.lease() as handle:
+                assert handle.opening is None
+
+    asyncio.run(go())

@@ -76,3 +76,29 @@ class CustomEnvError(Exception):
 def make_proc_env(**options: Any) -> ProcEnv:
     """A module-level factory function (picklable by reference)."""
     return ProcEnv(**options)
+
+
+class GuessEnv(BaseEnv):
+    """An env that speaks first: ``reset`` returns the task's ``opening`` (a str or a dict;
+    None when the row has none), and ``step(word)`` scores a guess at the task's ``target``:
+    ``{"observation", "reward", "done"}``, done on the right word. JSON in and out, so it also
+    serves through a pool server."""
+
+    def __init__(self) -> None:
+        self.task: dict[str, Any] = {}
+        self.guesses: list[str] = []
+
+    async def reset(self, task: Mapping[str, Any] | None = None) -> Any:
+        self.task, self.guesses = dict(task or {}), []
+        return self.task.get("opening")
+
+    async def step(self, action: Any) -> Any:
+        self.guesses.append(str(action))
+        right = action == self.task.get("target")
+        text = "right" if right else f"wrong ({len(self.guesses)} guesses)"
+        return {"observation": text, "reward": 1.0 if right else 0.0, "done": right}
+
+
+def make_guess_env() -> GuessEnv:
+    """A module-level factory (picklable by reference, for the process provider)."""
+    return GuessEnv()

@@ -54,12 +54,12 @@ def test_every_example_prints_what_it_says(index):
 
 
 def test_the_trajectory_table_lists_every_field():
-    section = PAGE.read_text(encoding="utf-8").split("\n## The trajectory", 1)[1]
+    section = PAGE.read_text(encoding="utf-8").split("\n## What a reward receives", 1)[1]
     section = section.split("\n## ", 1)[0]
     cells = [line.split("|")[1] for line in section.splitlines() if line.startswith("| `")]
     named = {name for cell in cells for name in re.findall(r"`(\w+)`", cell)}
     fields = {f.name for f in dataclasses.fields(Trajectory)}
-    assert named == fields | {"num_turns"}
+    assert named == fields | {"num_turns", "env_reward"}
 
 
 def test_the_trajectory_example_scores_a_real_rollout(chat):  # noqa: F811
@@ -83,3 +83,18 @@ def test_the_trajectory_example_scores_a_real_rollout(chat):  # noqa: F811
     assert trajectory.reward_extras == {"failed_calls": ["calculator"], "finish": "terminal_tool"}
     assert seen == {"reward": None, "turns": 2,
                     "roles": ["user", "assistant", "tool", "assistant", "tool"]}  # fmt: skip
+
+
+def test_the_example_record_is_a_record():
+    """The page's JSON example of what a reward receives reads as a trajectory record, and its
+    env_reward is the sum of its reports."""
+    import json
+
+    from agentfly_cli.trajectory import record_from_json
+
+    [example] = re.findall(r"```json\n(.*?)```", PAGE.read_text(encoding="utf-8"), flags=re.S)
+    data = json.loads(example)
+    trajectory = record_from_json(data, "docs/rewards.md")
+    assert trajectory.env_reward == data["env_reward"]
+    assert trajectory.tool_calls[0].info == {"reward": 1.0, "done": True}
+    assert trajectory.finish_reason == "env_done"

@@ -237,3 +237,43 @@ def test_adversarial_content_is_recorded_not_a_crash(tiny_chat):
     gateway.episodes["s"].segments[0].trajectory.check()
     with pytest.raises(RequestError, match="temperature"):
         run(gateway.complete("s", {"messages": [odd], "temperature": float("nan")}))
+
+
+def test_segments_record_the_tool_calls_the_gateway_parsed(tiny_chat):
+    """A reward with --agent reads the calls the gateway parsed, with what the agent sent back
+    (by call id, or in order when the agent changed the ids, as `echoed` does)."""
+    gateway = gateway_for(tiny_chat, [
+        call("calculator", expression="17 * 23") + "\n" + call("calculator", expression="1 + 1"),
+        "It is 391.",
+        "Sure.",
+    ])  # fmt: skip
+    messages = [{"role": "user", "content": "What is 17 * 23?"}]
+    first = run(gateway.complete("s", {"messages": messages, "tools": TOOLS}))
+    reply = first["choices"][0]["message"]
+    ids = [c["id"] for c in reply["tool_calls"]]
+    results = [{"role": "tool", "tool_call_id": ids[1], "content": "2"},  # out of order, by id
+               {"role": "tool", "tool_call_id": ids[0], "content": "391"}]  # fmt: skip
+    messages += [reply, *results]
+    run(gateway.complete("s", {"messages": messages, "tools": TOOLS}))
+    [segment] = gateway.episodes["s"].segments
+    calls = segment.trajectory.tool_calls
+    assert [(c.turn, c.name, c.arguments, c.observation, c.status) for c in calls] == [
+        (0, "calculator", {"expression": "17 * 23"}, "391", "ok"),
+        (0, "calculator", {"expression": "1 + 1"}, "2", "ok"),
+    ]
+    assert [c.id for c in calls] == ids
+    # an agent that sends new ids (or none): its results answer the calls in order
+    gateway = gateway_for(tiny_chat, [call("calculator", expression="2 + 2"), "four", "4"])
+    messages = [{"role": "user", "content": "2 + 2?"}]
+    first = run(gateway.complete("t", {"messages": messages, "tools": TOOLS}))
+    messages += [echoed(first["choices"][0]["message"]), {"role": "tool", "content": "4"}]
+    body = {"messages": messages, "tools": TOOLS}
+
+    async def both():  # two requests from one point: the second forks the segment
+        return await asyncio.gather(gateway.complete("t", body), gateway.complete("t", body))
+
+    run(both())
+    for segment in gateway.episodes["t"].segments:
+        assert [(c.name, c.observation) for c in segment.trajectory.tool_calls] == [
+            ("calculator", "4")
+        ]

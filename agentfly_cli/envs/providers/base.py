@@ -22,6 +22,8 @@ class EnvHandle(abc.ABC):
     env: Any
     #: where it lives, for ``agentfly env servers`` and errors (pid, node, actor id, ...)
     info: dict[str, Any]
+    #: what the env's ``reset(task)`` returned for the current lease (None: nothing, or no task)
+    opening: Any = None
 
     @abc.abstractmethod
     async def start(self) -> None: ...

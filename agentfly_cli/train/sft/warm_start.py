@@ -134,7 +134,7 @@ def warm_start(
     ``components``: ``host``, ``tools`` and ``reward``, as for ``resolve_run``."""
     from agentfly_cli.models import resolve_model
     from agentfly_cli.rollout.from_settings import assemble, resolve_run, run_rollout
-    from agentfly_cli.rollout.tasks import pick_tasks
+    from agentfly_cli.rollout.tasks import RowRules, pick_tasks
     from agentfly_cli.settings.train import SFTSettings
     from agentfly_cli.settings.train_backend import TrainBackendSettings
     from agentfly_cli.train.sft.fine_tune import fine_tune
@@ -155,7 +155,7 @@ def warm_start(
     started = time.monotonic()
     data = config.data
     if tasks is None:
-        tasks = RunTasks.load(data)
+        tasks = RunTasks.load(data, RowRules.of(config))
     # the training side in file order (no shuffle); its own limit applies below
     split = {"holdout": data.holdout, "holdout_seed": data.holdout_seed, "side": "train"}
     everything = pick_tasks(tasks.rows, tasks.source, None, data.where, **split)

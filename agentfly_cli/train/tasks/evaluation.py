@@ -43,6 +43,7 @@ def split_tasks(
     *,
     data: Any,
     file_rows: Sequence[dict[str, Any]] | None = None,
+    rules: Any = None,
 ) -> EvalSplit:
     """The eval tasks, and the training rows that remain. Without eval, all rows train.
 
@@ -50,7 +51,7 @@ def split_tasks(
     tasks are the rows of ``settings.path``, or else the held-out side of ``data.path`` (all of
     it without a holdout), then ``settings.where``, ``data.shuffle`` and ``settings.limit``.
     ``file_rows``: every row of ``data.path``, read already (a run reads its data file once);
-    None: read it here."""
+    None: read it here. ``rules``: what the run asks of each row read here (a ``RowRules``)."""
     from agentfly_cli.rollout.tasks import pick_tasks, read_tasks
 
     rows = list(rows)
@@ -71,7 +72,7 @@ def split_tasks(
         split = {"holdout": data.holdout, "holdout_seed": data.holdout_seed, "side": "heldout"}
     path = settings.path or data.path
     if settings.path or file_rows is None:
-        file_rows = read_tasks(path)
+        file_rows = read_tasks(path, rules)
     evaluated = pick_tasks(
         file_rows, str(path), settings.limit, settings.where, "trainer.eval.where",
         shuffle_seed=shuffle_seed, **split,

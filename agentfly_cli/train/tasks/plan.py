@@ -26,15 +26,17 @@ class TaskPlan:
         settings: TrainerSettings,
         data: DataSettings,
         file_rows: Sequence[Mapping[str, Any]] | None = None,
+        rules: Any = None,
     ) -> None:
         """``tasks``: the run's side of the data; ``file_rows``: every row of ``data.path``, read
-        once by the run (None: the held-out side reads the file again)."""
+        once by the run (None: the held-out side reads the file again); ``rules``: what the run
+        asks of the rows it reads (a ``RowRules``)."""
         if data.split == "heldout":
             raise UserError(
                 "data.split: heldout would train on the held-out tasks; use train (the default)"
             )
         self.settings = settings
-        self.split = split_tasks(tasks, settings.eval, data=data, file_rows=file_rows)
+        self.split = split_tasks(tasks, settings.eval, data=data, file_rows=file_rows, rules=rules)
         self.held_out = HeldOutEval(self.split, settings.eval, settings.steps)
         self.stream = task_stream(
             self.split.train,

@@ -21,13 +21,14 @@ class RunTasks:
     train: tuple[dict[str, Any], ...]
 
     @classmethod
-    def load(cls, data: DataSettings) -> RunTasks:
-        """Read ``data.path`` (the only read of it in a run) and pick its side."""
+    def load(cls, data: DataSettings, rules: Any = None) -> RunTasks:
+        """Read ``data.path`` (the only read of it in a run) and pick its side; ``rules``: what
+        the run asks of each row (a ``RowRules``, e.g. ``RowRules.of(settings)``)."""
         from agentfly_cli.rollout.tasks import read_tasks
 
         if not data.path:
             raise UserError("no data: pass --data FILE.jsonl (or set data.path in the settings)")
-        return cls.of_rows(read_tasks(data.path), data, str(data.path))
+        return cls.of_rows(read_tasks(data.path, rules), data, str(data.path))
 
     @classmethod
     def of_rows(
