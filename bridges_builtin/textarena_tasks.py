@@ -84,3 +84,8 @@ def _reset_game(textarena: Any, game_id: str, seed: int) -> Any:
             "(docs/bridges/textarena.md lists the ones that run offline)"
         ) from None
     return game
+
+
+def gold_responses(task: dict[str, Any]) -> list[str]:
+    """The assistant turns that win a row's game (``agentfly recipes check``'s gold)."""
+    return [f"MOVE: {move}" for move in task.get("solution") or []]
