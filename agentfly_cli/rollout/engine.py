@@ -24,11 +24,11 @@ from typing import Any
 from agentfly_cli.backends.base import Backend, RequestContext, SamplingParams
 from agentfly_cli.chat.parsers import ToolCall, ToolCallParser
 from agentfly_cli.chat.templates import ChatTemplate
-from agentfly_cli.chat.tool_visibility import warn_if_tools_unseen
 from agentfly_cli.components.tools import Tool, ToolErrorKind, ToolResult
 from agentfly_cli.envs.manager import ResourceManager
 from agentfly_cli.envs.pool import EnvConfigError
 from agentfly_cli.files.surrogates import replace_surrogates
+from agentfly_cli.rollout.task_tools import TaskTools, ToolSet
 from agentfly_cli.rollout.tasks import check_system_prompt, opening_messages
 from agentfly_cli.rollout.turn_plan import TurnPlan, parse_turn, plan_turn
 from agentfly_cli.settings.rollout import RolloutSettings
@@ -57,6 +57,7 @@ class _Chain:
     envs: dict[str, Any] = field(default_factory=dict)
     env_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     stack: AsyncExitStack = field(default_factory=AsyncExitStack)
+    tools: ToolSet | None = None  # the run's tools and the task's own (rollout/task_tools.py)
 
 
 @contextlib.contextmanager
@@ -102,7 +103,9 @@ class RolloutEngine:
         env_specs: Mapping[str, Any] | None = None,
         env_manager: ResourceManager | None = None,
         meta: Mapping[str, Any] | None = None,
+        tools_field: str | None = "tools",
     ) -> None:
+        """``tools_field``: the task field of a row's own tools (``data.tools_field``)."""
         self.backend = backend
         self.chat = chat
         self.parser = parser
@@ -116,15 +119,17 @@ class RolloutEngine:
             self.env_specs = {**env_manager.specs, **self.env_specs}
         self.envs = env_manager or ResourceManager(self.env_specs)  # the env pools
         self.meta = dict(meta or {})  # copied into every trajectory (e.g. the tokenizer folder)
-        self.tool_schemas = [t.schema for t in tools] or None
-        with_tools = getattr(parser, "with_tools", None)
-        if callable(with_tools) and self.tool_schemas:  # a format that reads values by schema
-            self.parser = with_tools(self.tool_schemas)
-        warn_if_tools_unseen(chat, self.tool_schemas, getattr(parser, "name", ""))
-        missing = sorted({t.env for t in tools if t.env and t.env not in self.env_specs})
+        # the run's tools, and each task's own: schemas, a parser typed by them, the callables
+        self.task_tools = TaskTools(chat, parser, tools, self.settings.task_tools, tools_field)
+        self.tool_schemas = self.task_tools.base.schemas
+        self.parser = self.task_tools.base.parser
+        used = {t.env for t in tools if t.env}
+        if self.task_tools.env:  # rollout.task_tools.on_call: env
+            used.add(self.task_tools.env)
+        missing = sorted(name for name in used if name not in self.env_specs)
         if missing:
             raise ValueError(f"tools need envs that were not given: {', '.join(missing)}")
-        self.chain_limit = chain_limit(self.settings.concurrency, tools, self.envs)
+        self.chain_limit = chain_limit(self.settings.concurrency, tools, self.envs, extra_envs=used)
         self._eot_ids = frozenset(chat.eot_token_ids)
         extra_stops = [i for i in chat.stop_token_ids(self.settings.stop) if i not in self._eot_ids]
         self._stop_ids = (*chat.eot_token_ids, *extra_stops)
@@ -164,6 +169,7 @@ class RolloutEngine:
         trajectory as soon as it is scored.
         """
         check_system_prompt(self.system_prompt, tasks, f"batch {batch_id}")
+        self.task_tools.check(tasks, f"batch {batch_id}")
         limit = self._chain_slots()
         n = self.settings.n if n is None else n
 
@@ -215,7 +221,7 @@ class RolloutEngine:
             meta=dict(self.meta),
         )
         messages = opening_messages(task, self.system_prompt, self.examples)
-        chain = _Chain(trajectory, messages)
+        chain = _Chain(trajectory, messages, tools=self.task_tools.for_task(task))
         trajectory.timings = {"generate_s": 0.0, "tools_s": 0.0, "reward_s": 0.0}
         self._live[id(chain)] = chain
         try:
@@ -238,7 +244,7 @@ class RolloutEngine:
     async def _loop(self, chain: _Chain) -> None:
         settings = self.settings
         trajectory = chain.trajectory
-        prompt = self.chat.render_prompt(chain.messages, self.tool_schemas)
+        prompt = self.chat.render_prompt(chain.messages, chain.tools.schemas)
         trajectory.append("prompt", prompt, sampled=False)
         for turn in range(settings.max_turns):
             budget = settings.max_total_tokens - len(trajectory.ids)
@@ -252,9 +258,16 @@ class RolloutEngine:
             chain.state = ChainState.RUNNING_TOOLS
             results = await self._run_tools(chain, turn, plan)
             terminal = next((r for r in results if r.terminal and r.ok), None)
+            declared = self.task_tools.finish_reason(chain.tools, results)
             if terminal is not None:
                 trajectory.prediction = terminal.observation
                 trajectory.finish_reason = "terminal_tool"
+            elif declared is not None:  # a call to a task's declaration-only tool
+                parsed = plan.parsed
+                trajectory.prediction = (
+                    parsed.answer if parsed.answer is not None else parsed.content
+                )
+                trajectory.finish_reason = declared
             elif chain.errors >= settings.max_errors:
                 trajectory.finish_reason = "errors"
             elif turn == settings.max_turns - 1:
@@ -266,7 +279,7 @@ class RolloutEngine:
             if trajectory.finish_reason:
                 return
             delta = self.chat.observation_delta(
-                observation, self.tool_schemas, closed=chain.turn_closed
+                observation, chain.tools.schemas, closed=chain.turn_closed
             )
             if len(trajectory.ids) + len(delta) >= settings.max_total_tokens:
                 trajectory.finish_reason = "length"
@@ -312,10 +325,9 @@ class RolloutEngine:
         chain.turn_closed = bool(ids) and ids[-1] in self._eot_ids
         body = ids[:-1] if chain.turn_closed else ids
         text = self.chat.decode(body)
-        parsed = await parse_turn(self.parser, text)
-        plan = plan_turn(
-            parsed, self.parser, self.settings.max_calls_per_turn, self.settings.no_call
-        )
+        parser = chain.tools.parser
+        parsed = await parse_turn(parser, text)
+        plan = plan_turn(parsed, parser, self.settings.max_calls_per_turn, self.settings.no_call)
         message: dict[str, Any] = {"role": "assistant", "content": text}
         if parsed.reasoning is not None:
             message["reasoning_content"] = parsed.reasoning
@@ -372,9 +384,10 @@ class RolloutEngine:
             )
 
     async def _call_tool(self, chain: _Chain, call: ToolCall) -> ToolResult:
-        tool = self.tools.get(call.name)
+        tools = chain.tools.tools
+        tool = tools.get(call.name)
         if tool is None:
-            known = ", ".join(sorted(self.tools)) or "none"
+            known = ", ".join(sorted(tools)) or "none"
             return ToolResult.error(
                 f"unknown tool '{call.name}'; the available tools are: {known}",
                 ToolErrorKind.UNKNOWN_TOOL,
@@ -445,11 +458,15 @@ def _call_records(turn: int, plan: TurnPlan, results: list[ToolResult]) -> list[
     return records
 
 
-def chain_limit(concurrency: int, tools: Sequence[Tool], envs: ResourceManager) -> int:
+def chain_limit(
+    concurrency: int, tools: Sequence[Tool], envs: ResourceManager, extra_envs: Any = ()
+) -> int:
     """Chains in flight at once: ``concurrency``, but no more than the smallest pool of an env
-    the tools use. A chain keeps its env until it ends, so chains beyond the pool's cap would
-    queue for one and, past ``acquire_timeout``, fail; a warning says so and how to run more."""
-    caps = {name: envs.pool_max(name) for name in sorted({t.env for t in tools if t.env})}
+    the tools (or ``extra_envs``, such as the env of the tasks' own tools) use. A chain keeps
+    its env until it ends, so chains beyond the pool's cap would queue for one and, past
+    ``acquire_timeout``, fail; a warning says so and how to run more."""
+    used = {t.env for t in tools if t.env} | set(extra_envs)
+    caps = {name: envs.pool_max(name) for name in sorted(used)}
     caps = {name: cap for name, cap in caps.items() if cap is not None}
     if not caps:
         return concurrency

@@ -50,6 +50,12 @@ class DataSettings(BaseModel):
         "holdout_seed, before where and limit, so a task never changes sides",
     )
     holdout_seed: int = Field(0, description="seeds the held-out draw (fixed per recipe)")
+    tools_field: str | None = Field(
+        "tools",
+        description="the row field that holds a task's own tools: a list of OpenAI tool "
+        "schemas (or their bare function objects, as BFCL writes them), offered beside the "
+        "run's tools; rollout.task_tools says what their calls do (null: rows bring none)",
+    )
     split: Literal["train", "heldout", "all"] = Field(
         "train",
         description="which side of the holdout this run reads (eval: heldout by default)",
