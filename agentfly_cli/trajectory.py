@@ -17,7 +17,15 @@ from agentfly_cli.errors import UserError
 from agentfly_cli.files.output_paths import write_all
 from agentfly_cli.files.surrogates import json_line
 
-FINISH_REASONS = ("answer", "terminal_tool", "max_turns", "length", "errors", "abort")
+FINISH_REASONS = (
+    "answer",
+    "terminal_tool",
+    "max_turns",
+    "length",
+    "errors",
+    "abort",
+    "declared_call",  # a call to a task's declaration-only tool (task_tools.on_call: end)
+)
 
 
 @dataclass

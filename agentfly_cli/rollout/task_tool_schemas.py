@@ -64,7 +64,9 @@ def field_tools(value: Any) -> list[Any]:
     if isinstance(value, Mapping):
         raise TaskToolError("is one object; give a list of tool schemas, e.g. [{...}]")
     if not isinstance(value, (list, tuple)):
-        raise TaskToolError(f"is a {type(value).__name__}; give a list of tool schemas")
+        raise TaskToolError(
+            f"is not a list (got {type(value).__name__}); give a list of tool schemas"
+        )
     return list(value)
 
 
@@ -89,7 +91,7 @@ def normalize_tools(value: Any) -> list[dict[str, Any]]:
 def normalize_tool(raw: Any) -> dict[str, Any]:
     """One schema (wrapped or bare) as ``{"type": "function", "function": {...}}``."""
     if not isinstance(raw, Mapping):
-        raise TaskToolError(f"is a {type(raw).__name__}, not a tool schema object")
+        raise TaskToolError(f"is not a tool schema object (got {type(raw).__name__})")
     function = raw.get("function") if "function" in raw else raw
     if raw.get("type", "function") != "function" or not isinstance(function, Mapping):
         raise TaskToolError(
