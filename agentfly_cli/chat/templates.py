@@ -29,6 +29,7 @@ _CANONICAL_USER = "AGENTFLYSENTINELQUERY"
 log = logging.getLogger(__name__)
 _PROMPT_CACHE_SIZE = 4096
 SET_FRAMES = 256  # frames measured for one tool list each (templates that write tools otherwise)
+_SEEN_ONCE = object()  # such a tool list rendered once: measured on its second use
 # Turns that end one way when sampled and another in history, by the end-of-turn text that a
 # template writes after a conversation's last assistant message. Harmony (gpt-oss) samples
 # <|return|> (a final answer) or <|call|> (a tool call); once more messages follow, history ends
@@ -236,7 +237,8 @@ class ChatTemplate:
 
         Frames are kept per message shape and tool count, whatever the tools say, where the
         template writes each tool as its JSON or not at all (:mod:`agentfly_cli.chat.frames`);
-        else per tool list (the last :data:`SET_FRAMES`)."""
+        else per tool list (the last :data:`SET_FRAMES`), from the list's second use on (a
+        task's own tool list may be used only once)."""
         message_shape = shape(messages)
         key: tuple = (kind, message_shape, len(tools) if tools else 0)
         frames: dict = self._frames
@@ -250,11 +252,13 @@ class ChatTemplate:
         if entry[1] is NOT_TOOL_INDEPENDENT:
             key, frames = (kind, message_shape, id(tools)), self._set_frames
             entry = frames.get(key)
-            if entry is None or entry[0] is not tools:
+            if entry is None or entry[0] is not tools:  # a list seen once is not measured
                 if len(frames) >= SET_FRAMES:
                     frames.pop(next(iter(frames)))
-                frame = TextFrame.measure(render_with_tools, messages, tools)
-                entry = frames[key] = (tools, frame)
+                frames[key] = (tools, _SEEN_ONCE)
+                return render_with_tools(messages, tools)
+            if entry[1] is _SEEN_ONCE:
+                entry = frames[key] = (tools, TextFrame.measure(render_with_tools, messages, tools))
         frame = entry[1]
         if frame is None:
             return render_with_tools(messages, tools)

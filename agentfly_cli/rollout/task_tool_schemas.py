@@ -11,7 +11,6 @@ lacks are read as their JSON Schema type: ``dict`` is ``object``, ``float`` ``nu
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -34,7 +33,17 @@ ANY_TYPES = ("any",)  # no constraint: the key is dropped
 NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")  # OpenAI's names, and BFCL's dotted ones
 _SCHEMA_KEYS = ("properties", "$defs", "definitions", "patternProperties")  # name -> schema
 _SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")  # lists of schemas
-_SCHEMA_VALUES = ("items", "additionalProperties", "not", "contains")  # one schema
+_SCHEMA_VALUES = (
+    "items",
+    "additionalProperties",
+    "additionalItems",
+    "not",
+    "contains",
+    "propertyNames",
+    "if",
+    "then",
+    "else",
+)  # one schema each
 
 
 class TaskToolError(ValueError):
@@ -118,7 +127,7 @@ def _parameters(raw: Any) -> dict[str, Any]:
         return {"type": "object", "properties": {}}
     if not isinstance(raw, Mapping):
         raise TaskToolError("has parameters that are not an object schema; write {...}")
-    parameters = _schema(copy.deepcopy(dict(raw)), "parameters")
+    parameters = _schema(raw, "parameters")
     if "type" not in parameters and "properties" in parameters:
         parameters["type"] = "object"
     if parameters.get("type") != "object":
@@ -126,14 +135,19 @@ def _parameters(raw: Any) -> dict[str, Any]:
             f"has parameters of type {parameters.get('type')!r}; the parameters are an object "
             'schema, {"type": "object", "properties": {...}}'
         )
-    _check_json_schema(parameters)
     return parameters
 
 
 def _schema(node: Any, path: str) -> Any:
-    """``node`` with BFCL's types read as JSON Schema's, recursively (in place)."""
-    if not isinstance(node, dict):
+    """A copy of ``node`` with BFCL's types read as JSON Schema's (and draft-4 tuple ``items``
+    as ``prefixItems``), recursively; a keyword whose value JSON Schema refuses is a
+    :class:`TaskToolError` (a check as strict as the metaschema's on what tool schemas use,
+    at a small share of its cost)."""
+    if isinstance(node, bool):
         return node
+    if not isinstance(node, Mapping):
+        raise TaskToolError(f"has {path} {_short(node)}, which is not a schema; write {{...}}")
+    node = dict(node)  # a new node: the row keeps what it holds
     if "type" in node:
         kinds = node["type"]
         many = isinstance(kinds, list)
@@ -143,19 +157,64 @@ def _schema(node: Any, path: str) -> Any:
             del node["type"]  # "any": every value
         else:
             node["type"] = list(dict.fromkeys(mapped)) if many else mapped[0]
-    for key in _SCHEMA_KEYS:
-        if isinstance(node.get(key), dict):
-            node[key] = {n: _schema(s, f"{path}.{key}.{n}") for n, s in node[key].items()}
-    for key in _SCHEMA_LISTS:
-        if isinstance(node.get(key), list):
-            node[key] = [_schema(s, f"{path}.{key}[{i}]") for i, s in enumerate(node[key])]
-    for key in _SCHEMA_VALUES:
-        value = node.get(key)
-        if isinstance(value, list):  # draft-4 tuple items
-            node[key] = [_schema(s, f"{path}.{key}[{i}]") for i, s in enumerate(value)]
-        elif isinstance(value, dict):
-            node[key] = _schema(value, f"{path}.{key}")
+    if isinstance(node.get("items"), list):  # draft 4's tuple form
+        node["prefixItems"] = node.pop("items")
+        if "additionalItems" in node:
+            node["items"] = node.pop("additionalItems")
+    for key, value in node.items():
+        where = f"{path}.{key}"
+        if key in _SCHEMA_KEYS:
+            _expect(isinstance(value, dict), where, value, "an object of schemas")
+            node[key] = {n: _schema(sub, f"{where}.{n}") for n, sub in value.items()}
+        elif key in _SCHEMA_LISTS:
+            _expect(isinstance(value, list) and value, where, value, "a list of schemas")
+            node[key] = [_schema(sub, f"{where}[{i}]") for i, sub in enumerate(value)]
+        elif key in _SCHEMA_VALUES:
+            node[key] = _schema(value, where)
+        else:
+            _check_keyword(key, value, where)
     return node
+
+
+_NUMBERS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
+_COUNTS = ("minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties")
+_TEXTS = ("description", "title", "format", "pattern", "$ref", "$id", "$schema", "$comment")
+
+
+def _check_keyword(key: str, value: Any, where: str) -> None:
+    if key == "required":
+        fine = isinstance(value, list) and all(isinstance(v, str) for v in value)
+        _expect(fine, where, value, "a list of argument names")
+    elif key == "enum":
+        _expect(isinstance(value, list), where, value, "a list of values")
+    elif key in _NUMBERS:
+        _expect(_is_number(value), where, value, "a number")
+    elif key in _COUNTS:
+        _expect(_is_number(value) and value == int(value) and value >= 0, where, value,
+                "a count (0, 1, 2, ...)")  # fmt: skip
+    elif key in _TEXTS:
+        _expect(isinstance(value, str), where, value, "text")
+        if key == "pattern":
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise TaskToolError(f"has {where} {_short(value)}, not a pattern ({exc})") from None
+    elif key == "uniqueItems":
+        _expect(isinstance(value, bool), where, value, "true or false")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _expect(fine: Any, where: str, value: Any, expected: str) -> None:
+    if not fine:
+        raise TaskToolError(f"has {where} {_short(value)}, which is not {expected}; fix the schema")
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _json_type(kind: Any, path: str) -> str | None:
@@ -173,20 +232,6 @@ def _json_type(kind: Any, path: str) -> str | None:
             f"{', '.join(JSON_TYPES)} (BFCL's dict, float, tuple and any are read too)"
         )
     return mapped
-
-
-def _check_json_schema(parameters: dict[str, Any]) -> None:
-    """JSON Schema's own check of the parameters (``jsonschema``)."""
-    from agentfly_cli.components.schema import JsonSchemaArguments, ToolDefinitionError
-
-    try:
-        JsonSchemaArguments(parameters, label="row tool")
-    except ToolDefinitionError as exc:
-        detail = re.search(r"\((.*)\)$", str(exc))
-        raise TaskToolError(
-            f"has parameters that are not valid JSON Schema "
-            f"({detail.group(1) if detail else exc}); fix the schema"
-        ) from None
 
 
 def _named(raw: Any) -> str:

@@ -62,7 +62,8 @@ class TaskTools:
         self.base = ToolSet(schemas, self._typed_parser(schemas), run_tools)
         warn_if_tools_unseen(chat, schemas, self._parser_name)
         self._visibility_checked = bool(schemas)  # one warning check per run, not per row
-        self._sets: OrderedDict[str, ToolSet] = OrderedDict()
+        self._sets: OrderedDict[str, ToolSet] = OrderedDict()  # by content
+        self._by_id: OrderedDict[int, tuple] = OrderedDict()  # by the row's own list
 
     @property
     def env(self) -> str | None:
@@ -88,17 +89,19 @@ class TaskTools:
         if raw is None or raw == [] or raw == "":
             return self.base
         mocks = task.get(MOCK_FIELD) if self.settings.on_call == "mock" else None
+        seen = self._by_id.get(id(raw))  # the same row again (its n chains, a later epoch)
+        if seen is not None and seen[0] is raw and seen[1] is mocks:
+            return seen[2]
         key = _content_key(raw, mocks)
         found = self._sets.get(key)
         if found is not None:
             self._sets.move_to_end(key)
-            return found
-        row = row_tool_schemas(task, self.field, set(self.base.tools), where)
-        built = self._build(row, mocks if isinstance(mocks, Mapping) else {})
-        if len(self._sets) >= CACHE_SIZE:
-            self._sets.popitem(last=False)
-        self._sets[key] = built
-        return built
+        else:
+            row = row_tool_schemas(task, self.field, set(self.base.tools), where)
+            found = self._build(row, mocks if isinstance(mocks, Mapping) else {})
+            _put(self._sets, key, found)
+        _put(self._by_id, id(raw), (raw, mocks, found))
+        return found
 
     def _build(self, row: list[dict[str, Any]], mocks: Mapping[str, Any]) -> ToolSet:
         if not row:
@@ -107,12 +110,9 @@ class TaskTools:
         if not self._visibility_checked:
             self._visibility_checked = True
             warn_if_tools_unseen(self.chat, schemas, self._parser_name)
-        tools = dict(self.base.tools)
-        for schema in row:
-            declared = self._declared_tool(schema["function"], mocks)
-            tools[declared.name] = declared
-        names = frozenset(schema["function"]["name"] for schema in row)
-        return ToolSet(schemas, self._typed_parser(schemas), tools, names)
+        functions = {schema["function"]["name"]: schema["function"] for schema in row}
+        tools = _Tools(self.base.tools, functions, lambda f: self._declared_tool(f, mocks))
+        return ToolSet(schemas, self._typed_parser(schemas), tools, frozenset(functions))
 
     def _typed_parser(self, schemas: list[dict[str, Any]] | None) -> Any:
         if self._with_tools is not None and schemas:
@@ -124,7 +124,9 @@ class TaskTools:
         name = function["name"]
         description = function.get("description") or name
         arguments = _Packed(
-            JsonSchemaArguments(function["parameters"], label=name, description=description)
+            JsonSchemaArguments(
+                function["parameters"], label=name, description=description, check=False
+            )  # checked when the row was read (rollout/task_tool_schemas.py)
         )
         mode = self.settings.on_call
         if mode == "env":
@@ -152,6 +154,35 @@ class TaskTools:
         return None
 
 
+class _Tools(Mapping):
+    """The run's tools and a row's declared ones; each declared tool is built on its first use
+    (a row's model calls one or two of its tools, not all)."""
+
+    def __init__(self, run: Mapping[str, Tool], functions: dict[str, Any], build) -> None:
+        self._run = run
+        self._functions = functions
+        self._build = build
+        self._built: dict[str, Tool] = {}
+
+    def __getitem__(self, name: str) -> Tool:
+        if name in self._run:
+            return self._run[name]
+        tool = self._built.get(name)
+        if tool is None:
+            tool = self._built[name] = self._build(self._functions[name])
+        return tool
+
+    def __iter__(self):
+        yield from self._run
+        yield from self._functions
+
+    def __len__(self) -> int:
+        return len(self._run) + len(self._functions)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._run or name in self._functions
+
+
 class _Packed:
     """A row tool's checked arguments, handed to its call as one dict (so that an argument
     may be named ``env``)."""
@@ -163,6 +194,12 @@ class _Packed:
 
     def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
         return {"arguments": self.spec.validate(arguments)}
+
+
+def _put(cache: OrderedDict, key: Any, value: Any) -> None:
+    if len(cache) >= CACHE_SIZE:
+        cache.popitem(last=False)
+    cache[key] = value
 
 
 def _content_key(raw: Any, mocks: Any) -> str:

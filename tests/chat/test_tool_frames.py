@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from agentfly_cli.chat import templates
-from agentfly_cli.chat.frames import NOT_TOOL_INDEPENDENT
+from agentfly_cli.chat.frames import NOT_TOOL_INDEPENDENT, TextFrame
 from agentfly_cli.chat.templates import ChatTemplate
 
 
@@ -81,6 +81,13 @@ def test_a_template_that_writes_tools_otherwise_gets_frames_per_tool_list(tiny_m
         assert chat.render_prompt(messages, tools) == exact_prompt(chat, messages, tools)
     assert frames_of(chat, "prompt") == [NOT_TOOL_INDEPENDENT]
     assert len(chat._set_frames) == 6
+    # a list seen once is rendered, not measured; from its second use on it has a frame
+    assert not any(isinstance(entry[1], TextFrame) for entry in chat._set_frames.values())
+    for i in range(3):
+        messages = [{"role": "user", "content": f"again {i}"}]
+        assert chat.render_prompt(messages, tools) == exact_prompt(chat, messages, tools)
+    measured = [e[1] for e in chat._set_frames.values() if isinstance(e[1], TextFrame)]
+    assert len(measured) == 1 and measured[0].uses == 3
 
 
 def test_frames_per_tool_list_are_bounded(tiny_model, monkeypatch):

@@ -101,7 +101,10 @@ def test_a_malformed_row_schema_names_the_file_row_and_fix(tmp_path, files, mode
     rows[1]["tools"][1] = {"name": "get_weather", "parameters": {"type": "dict", "required": 3}}
     bad = write_jsonl(tmp_path / "bad.jsonl", rows)
     result = agentfly("rollout", *args("tiny", bad, script, tmp_path / "o.jsonl"))
-    one_line_error(result, f"{bad} row 2: tools[1] ('get_weather')", "not valid JSON Schema")
+    one_line_error(
+        result,
+        f"{bad} row 2: tools[1] ('get_weather') has parameters.required 3, which is not a list",
+    )
     assert model_loads == []
 
 

@@ -54,6 +54,20 @@ def test_wrapped_bare_and_json_string_forms_agree():
     assert normalize_tools(None) == normalize_tools([]) == normalize_tools("") == []
 
 
+def test_draft4_tuple_items_become_prefix_items():
+    items = {
+        "type": "tuple",
+        "items": [{"type": "float"}, {"type": "str"}],
+        "additionalItems": False,
+    }
+    [tool] = normalize_tools([{"name": "f", "parameters": {"properties": {"p": items}}}])
+    assert tool["function"]["parameters"]["properties"]["p"] == {
+        "type": "array",
+        "prefixItems": [{"type": "number"}, {"type": "string"}],
+        "items": False,
+    }
+
+
 def test_no_parameters_is_a_tool_without_arguments():
     [tool] = normalize_tools([{"name": "now"}])
     assert tool == {
@@ -80,7 +94,23 @@ def test_no_parameters_is_a_tool_without_arguments():
         ),
         (
             [{"name": "f", "parameters": {"type": "object", "required": "a"}}],
-            "has parameters that are not valid JSON Schema ('a' is not of type 'array')",
+            'has parameters.required "a", which is not a list of argument names; fix the schema',
+        ),
+        (
+            [{"name": "f", "parameters": {"type": "dict", "properties": {"a": "string"}}}],
+            'has parameters.properties.a "string", which is not a schema',
+        ),
+        (
+            [{"name": "f", "parameters": {"properties": {"a": {"minimum": "0"}}}}],
+            'has parameters.properties.a.minimum "0", which is not a number',
+        ),
+        (
+            [{"name": "f", "parameters": {"properties": {"a": {"pattern": "(["}}}}],
+            'has parameters.properties.a.pattern "([", not a pattern',
+        ),
+        (
+            [{"name": "f", "parameters": {"properties": {"a": {"anyOf": []}}}}],
+            "has parameters.properties.a.anyOf [], which is not a list of schemas",
         ),
         ([{"name": "f"}, {"name": "f"}], "tools[1] ('f') is named a second time"),
     ],
@@ -112,3 +142,28 @@ def test_settings_defaults_and_the_env_rule():
     assert TaskToolsSettings(on_call="env", env="bfcl").env == "bfcl"
     with pytest.raises(ValueError):
         TaskToolsSettings(on_call="run")
+
+
+def test_what_is_accepted_is_valid_json_schema_and_validates_calls():
+    """The quick check accepts what JSON Schema's own metaschema accepts, for BFCL-like rows
+    (the benchmark's), and the read schemas check arguments as JSON Schema 2020-12 does."""
+    from jsonschema import Draft202012Validator
+
+    from agentfly_cli.components.schema import JsonSchemaArguments
+    from tests.helpers.paths import load_script
+
+    bench = load_script("benchmarks/task_tools_bench.py")
+    for row in bench.make_rows(60) + [{"function": [BFCL]}]:
+        for tool in normalize_tools(row["function"]):
+            Draft202012Validator.check_schema(tool["function"]["parameters"])
+    items = {
+        "type": "tuple",
+        "items": [{"type": "float"}, {"type": "str"}],
+        "additionalItems": False,
+    }
+    [tool] = normalize_tools([{"name": "f", "parameters": {"properties": {"p": items}}}])
+    spec = JsonSchemaArguments(tool["function"]["parameters"], label="f", check=False)
+    assert spec.validate({"p": [1.5, "x"]}) == {"p": [1.5, "x"]}
+    for bad in ([1.5, 2], [1.5, "x", "extra"]):
+        with pytest.raises(Exception, match="p"):
+            spec.validate({"p": bad})
