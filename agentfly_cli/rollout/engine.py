@@ -103,9 +103,8 @@ class RolloutEngine:
         env_specs: Mapping[str, Any] | None = None,
         env_manager: ResourceManager | None = None,
         meta: Mapping[str, Any] | None = None,
-        tools_field: str | None = "tools",
+        tools_field: str | None = "tools",  # the field of a row's own tools (data.tools_field)
     ) -> None:
-        """``tools_field``: the task field of a row's own tools (``data.tools_field``)."""
         self.backend = backend
         self.chat = chat
         self.parser = parser
@@ -119,17 +118,11 @@ class RolloutEngine:
             self.env_specs = {**env_manager.specs, **self.env_specs}
         self.envs = env_manager or ResourceManager(self.env_specs)  # the env pools
         self.meta = dict(meta or {})  # copied into every trajectory (e.g. the tokenizer folder)
-        # the run's tools, and each task's own: schemas, a parser typed by them, the callables
         self.task_tools = TaskTools(chat, parser, tools, self.settings.task_tools, tools_field)
-        self.tool_schemas = self.task_tools.base.schemas
-        self.parser = self.task_tools.base.parser
-        used = {t.env for t in tools if t.env}
-        if self.task_tools.env:  # rollout.task_tools.on_call: env
-            used.add(self.task_tools.env)
-        missing = sorted(name for name in used if name not in self.env_specs)
-        if missing:
-            raise ValueError(f"tools need envs that were not given: {', '.join(missing)}")
-        self.chain_limit = chain_limit(self.settings.concurrency, tools, self.envs, extra_envs=used)
+        self.tool_schemas, self.parser = self.task_tools.base.schemas, self.task_tools.base.parser
+        used = {t.env for t in tools if t.env} | set(self.task_tools.envs)
+        _require_envs(used, self.env_specs)
+        self.chain_limit = chain_limit(self.settings.concurrency, tools, self.envs, used)
         self._eot_ids = frozenset(chat.eot_token_ids)
         extra_stops = [i for i in chat.stop_token_ids(self.settings.stop) if i not in self._eot_ids]
         self._stop_ids = (*chat.eot_token_ids, *extra_stops)
@@ -258,16 +251,11 @@ class RolloutEngine:
             chain.state = ChainState.RUNNING_TOOLS
             results = await self._run_tools(chain, turn, plan)
             terminal = next((r for r in results if r.terminal and r.ok), None)
-            declared = self.task_tools.finish_reason(chain.tools, results)
             if terminal is not None:
                 trajectory.prediction = terminal.observation
                 trajectory.finish_reason = "terminal_tool"
-            elif declared is not None:  # a call to a task's declaration-only tool
-                parsed = plan.parsed
-                trajectory.prediction = (
-                    parsed.answer if parsed.answer is not None else parsed.content
-                )
-                trajectory.finish_reason = declared
+            elif declared := self.task_tools.finish_reason(chain.tools, results):  # row's tool
+                trajectory.finish_reason, trajectory.prediction = declared, _said(plan.parsed)
             elif chain.errors >= settings.max_errors:
                 trajectory.finish_reason = "errors"
             elif turn == settings.max_turns - 1:
@@ -344,7 +332,7 @@ class RolloutEngine:
         elif plan.is_final:
             trajectory.finish_reason = "answer"
         if trajectory.finish_reason:
-            trajectory.prediction = parsed.answer if parsed.answer is not None else parsed.content
+            trajectory.prediction = _said(parsed)
         elif parsed.answer is not None and not plan.calls:
             trajectory.prediction = parsed.answer
             trajectory.finish_reason = "answer"
@@ -483,6 +471,17 @@ def chain_limit(
         name,
     )
     return caps[name]
+
+
+def _require_envs(names: set[str], specs: Mapping[str, Any]) -> None:
+    missing = sorted(name for name in names if name not in specs)
+    if missing:
+        raise ValueError(f"tools need envs that were not given: {', '.join(missing)}")
+
+
+def _said(parsed: Any) -> str:
+    """A turn's prediction: the format's answer, else its text beside the calls."""
+    return parsed.answer if parsed.answer is not None else parsed.content
 
 
 def _openai_call(call: ToolCall) -> dict[str, Any]:

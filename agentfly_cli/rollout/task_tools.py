@@ -66,11 +66,11 @@ class TaskTools:
         self._by_id: OrderedDict[int, tuple] = OrderedDict()  # by the row's own list
 
     @property
-    def env(self) -> str | None:
-        """The env the row tools' calls go to (``on_call: env``), else None."""
-        if self.field and self.settings.on_call == "env":
-            return self.settings.env
-        return None
+    def envs(self) -> tuple[str, ...]:
+        """The env that the row tools' calls go to (``on_call: env``), if any."""
+        if self.field and self.settings.on_call == "env" and self.settings.env:
+            return (self.settings.env,)
+        return ()
 
     def check(self, tasks: Sequence[Mapping[str, Any]], source: str) -> None:
         """Read every task's tools (a UserError naming ``source`` row N for one that cannot

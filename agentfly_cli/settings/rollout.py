@@ -9,8 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 
 class TaskToolsSettings(BaseModel):
-    """What a call to a tool that a task row declares (``data.tools_field``) does: such tools
-    have a schema and no implementation."""
+    """What a call to a tool a task row declares (data.tools_field, schemas only) does."""
 
     model_config = ConfigDict(extra="forbid")
 
