@@ -173,6 +173,7 @@ bench: install bench-venv
 	$(PY) benchmarks/sft_bench.py --out benchmarks/results/sft_bench.json
 	$(PY) benchmarks/skip_zero_advantage_bench.py --out benchmarks/results/skip_zero_advantage_bench.json
 	$(PY) benchmarks/gateway_bench.py --out benchmarks/results/gateway_bench.json
+	$(PY) benchmarks/task_tools_bench.py --out benchmarks/results/task_tools_bench.json
 	$(BENCH_VENV)/bin/python benchmarks/train_bench.py --out benchmarks/results/train_bench.json
 
 # sync against async training on SmolLM2 (about an hour on 2 CPU cores; docs/async.md)

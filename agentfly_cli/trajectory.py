@@ -25,6 +25,7 @@ FINISH_REASONS = (
     "length",
     "errors",
     "abort",
+    "declared_call",  # a call to a task's declaration-only tool (task_tools.on_call: end)
 )
 #: keys of an env report (:attr:`Trajectory.env_reports`)
 REPORT_KEYS = ("turn", "source", "reward", "done", "info")

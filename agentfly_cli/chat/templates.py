@@ -16,6 +16,7 @@ import weakref
 from typing import Any
 
 from agentfly_cli.chat.encoding import TextEncoder
+from agentfly_cli.chat.frames import NOT_TOOL_INDEPENDENT, TextFrame, shape
 from agentfly_cli.chat.sources import TemplateSource, guess_parser, resolve_template
 from agentfly_cli.chat.tokenizer_loading import load_tokenizer
 from agentfly_cli.errors import UserError
@@ -27,8 +28,8 @@ SENTINEL = "AGENTFLYSENTINELREPLY"
 _CANONICAL_USER = "AGENTFLYSENTINELQUERY"
 log = logging.getLogger(__name__)
 _PROMPT_CACHE_SIZE = 4096
-_SLOT = "AGENTFLYSLOT{}X"
-_PROBE = "  \n<probe {} & 'q' \"x\" {{y}} \\ >\n  "
+SET_FRAMES = 256  # frames measured for one tool list each (templates that write tools otherwise)
+_SEEN_ONCE = object()  # such a tool list rendered once: measured on its second use
 # Turns that end one way when sampled and another in history, by the end-of-turn text that a
 # template writes after a conversation's last assistant message. Harmony (gpt-oss) samples
 # <|return|> (a final answer) or <|call|> (a tool call); once more messages follow, history ends
@@ -62,7 +63,8 @@ class ChatTemplate:
             {"role": "user", "content": _CANONICAL_USER},
             {"role": "assistant", "content": SENTINEL},
         ]
-        self._frames: dict[tuple, tuple[Any, TextFrame | None]] = {}
+        self._frames: dict[tuple, tuple[Any, Any]] = {}  # (kind, shape, tool count) -> frame
+        self._set_frames: dict[tuple, tuple[Any, TextFrame | None]] = {}  # ... id(tools)
         self._prompts: dict[tuple, tuple[Any, list[int]]] = {}
         self._encoder = TextEncoder(tokenizer)
         self._eot_text, self._before_eot = self._find_turn_end()
@@ -231,16 +233,39 @@ class ChatTemplate:
         return self._framed("delta", messages, tools, self._render_delta)
 
     def _framed(self, kind: str, messages, tools, render_with_tools) -> str:
-        """``render_with_tools(messages, tools)`` through a cached frame of this shape."""
-        key = (kind, _shape(messages), id(tools))
-        entry = self._frames.get(key)
-        if entry is None or entry[0] is not tools:
-            frame = TextFrame.measure(lambda m: render_with_tools(m, tools), messages)
-            entry = self._frames[key] = (tools, frame)
+        """``render_with_tools(messages, tools)`` through a cached frame of this shape.
+
+        Frames are kept per message shape and tool count, whatever the tools say, where the
+        template writes each tool as its JSON or not at all (:mod:`agentfly_cli.chat.frames`);
+        else per tool list (the last :data:`SET_FRAMES`), from the list's second use on (a
+        task's own tool list may be used only once)."""
+        message_shape = shape(messages)
+        key: tuple = (kind, message_shape, len(tools) if tools else 0)
+        frames: dict = self._frames
+        entry = frames.get(key)
+        if entry is None:
+            if tools:
+                frame = TextFrame.measure_for_any_tools(render_with_tools, messages, len(tools))
+            else:
+                frame = TextFrame.measure(render_with_tools, messages)
+            entry = frames[key] = (None, frame)
+        if entry[1] is NOT_TOOL_INDEPENDENT:
+            key, frames = (kind, message_shape, id(tools)), self._set_frames
+            entry = frames.get(key)
+            if entry is None or entry[0] is not tools:  # a list seen once is not measured
+                if len(frames) >= SET_FRAMES:
+                    frames.pop(next(iter(frames)))
+                frames[key] = (tools, _SEEN_ONCE)
+                return render_with_tools(messages, tools)
+            if entry[1] is _SEEN_ONCE:
+                entry = frames[key] = (tools, TextFrame.measure(render_with_tools, messages, tools))
         frame = entry[1]
         if frame is None:
             return render_with_tools(messages, tools)
-        text = frame.fill(_slot_values(messages))
+        try:
+            text = frame.fill(frame.values(messages, tools))
+        except (KeyError, TypeError, ValueError):  # a tool its format cannot write
+            return render_with_tools(messages, tools)
         if frame.due_for_check():
             rendered = render_with_tools(messages, tools)
             if rendered != text:
@@ -251,7 +276,7 @@ class ChatTemplate:
                     kind,
                     kind,
                 )
-                self._frames[key] = (tools, None)
+                frames[key] = (entry[0], None)
                 return rendered
         return text
 
@@ -342,38 +367,6 @@ def _roles(messages: list[dict[str, Any]]) -> str:
     return " and ".join(f"{r!r} messages" for r in roles) if roles else "no messages"
 
 
-def _slot_fields(message: dict[str, Any]) -> list[str]:
-    """The string fields of a message whose values vary from call to call."""
-    # empty values stay in the shape, not in a slot: templates often test `if message.content`
-    return [
-        k for k in ("content", "tool_call_id") if isinstance(message.get(k), str) and message[k]
-    ]
-
-
-def _shape(messages: list[dict[str, Any]]) -> tuple:
-    """What a frame depends on: everything but the slot values."""
-    shape = []
-    for message in messages:
-        slots = _slot_fields(message)
-        rest = tuple(sorted((k, repr(v)) for k, v in message.items() if k not in slots))
-        shape.append((tuple(slots), rest))
-    return tuple(shape)
-
-
-def _slot_values(messages: list[dict[str, Any]]) -> list[str]:
-    return [m[k] for m in messages for k in _slot_fields(m)]
-
-
-def _with_slots(messages: list[dict[str, Any]], values: list[str]) -> list[dict[str, Any]]:
-    out, it = [], iter(values)
-    for message in messages:
-        copy = dict(message)
-        for key in _slot_fields(message):
-            copy[key] = next(it)
-        out.append(copy)
-    return out
-
-
 _TOKEN_TEXTS: dict[int, list[str | None]] = {}  # id(tokenizer) -> each token's text
 _TOKEN_TEXTS_LOCK = threading.Lock()
 
@@ -393,56 +386,3 @@ def token_texts(tokenizer: Any) -> list[str | None]:
             _TOKEN_TEXTS[key] = cached
             weakref.finalize(tokenizer, _TOKEN_TEXTS.pop, key, None)
         return cached
-
-
-class TextFrame:
-    """A measured rendering with its slot values cut out: literal text around numbered slots.
-
-    Frames make rollouts fast (no Jinja per turn) and stay exact: a frame exists only when
-    probe values with whitespace, quotes and markup render exactly as it fills them, and the
-    first uses and then every 64th are checked against a full render; one mismatch drops the
-    frame for good (see :meth:`ChatTemplate._framed`).
-    """
-
-    CHECK_FIRST = 4
-    CHECK_EVERY = 64
-
-    def __init__(self, literals: list[str], order: list[int]) -> None:
-        self.literals = literals  # len(order) + 1 pieces
-        self.order = order  # which slot value goes between literals[i] and literals[i + 1]
-        self.uses = 0
-
-    def fill(self, values: list[str]) -> str:
-        parts = [self.literals[0]]
-        for slot, literal in zip(self.order, self.literals[1:], strict=True):
-            parts.append(values[slot])
-            parts.append(literal)
-        return "".join(parts)
-
-    def due_for_check(self) -> bool:
-        self.uses += 1
-        return self.uses <= self.CHECK_FIRST or self.uses % self.CHECK_EVERY == 0
-
-    @classmethod
-    def measure(cls, render, messages) -> TextFrame | None:
-        """The frame of ``render(messages)`` for this message shape, or None when contents are
-        not copied verbatim."""
-        count = len(_slot_values(messages))
-        marks = [_SLOT.format(i) for i in range(count)]
-        text = render(_with_slots(messages, marks))
-        found = sorted((text.find(m), i) for i, m in enumerate(marks) if m in text)
-        if any(text.count(marks[i]) != 1 for _, i in found):
-            return None
-        literals, order, position = [], [], 0
-        for start, slot in found:
-            literals.append(text[position:start])
-            order.append(slot)
-            position = start + len(marks[slot])
-        literals.append(text[position:])
-        frame = cls(literals, order)
-        # different values everywhere (also in slots the template does not show, such as a
-        # tool_call_id) must render exactly as the frame fills them
-        probes = [_PROBE.format(i) for i in range(count)]
-        if render(_with_slots(messages, probes)) != frame.fill(probes):
-            return None
-        return frame

@@ -24,13 +24,13 @@ from typing import Any
 from agentfly_cli.backends.base import Backend, RequestContext, SamplingParams
 from agentfly_cli.chat.parsers import ToolCall, ToolCallParser
 from agentfly_cli.chat.templates import ChatTemplate
-from agentfly_cli.chat.tool_visibility import warn_if_tools_unseen
 from agentfly_cli.components.tools import Tool, ToolErrorKind, ToolResult
 from agentfly_cli.envs.manager import ResourceManager
 from agentfly_cli.envs.pool import EnvConfigError
 from agentfly_cli.files.surrogates import replace_surrogates
 from agentfly_cli.rollout.opening import check_opening_env, speak_first
 from agentfly_cli.rollout.reward_channel import call_info, tool_reports
+from agentfly_cli.rollout.task_tools import TaskTools, ToolSet
 from agentfly_cli.rollout.tasks import check_system_prompt, opening_messages
 from agentfly_cli.rollout.turn_end import finish_after_turn
 from agentfly_cli.rollout.turn_plan import TurnPlan, parse_turn, plan_turn
@@ -62,6 +62,7 @@ class _Chain:
     env_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     user_turns: UserTurns = field(default_factory=UserTurns)  # the row's, still to come
     stack: AsyncExitStack = field(default_factory=AsyncExitStack)
+    tools: ToolSet | None = None  # the run's tools and the task's own (rollout/task_tools.py)
 
     async def lease(self, envs: ResourceManager, name: str) -> Any:
         """The chain's lease (handle) of the env ``name`` from ``envs``, taken once even when
@@ -121,6 +122,7 @@ class RolloutEngine:
         env_manager: ResourceManager | None = None,
         meta: Mapping[str, Any] | None = None,
         user_turns_field: str = "user_turns",
+        tools_field: str | None = "tools",  # the field of a row's own tools (data.tools_field)
     ) -> None:
         self.backend = backend
         self.chat = chat
@@ -135,17 +137,14 @@ class RolloutEngine:
             self.env_specs = {**env_manager.specs, **self.env_specs}
         self.envs = env_manager or ResourceManager(self.env_specs)  # the env pools
         self.meta = dict(meta or {})  # copied into every trajectory (e.g. the tokenizer folder)
-        self.tool_schemas = [t.schema for t in tools] or None
-        with_tools = getattr(parser, "with_tools", None)
-        if callable(with_tools) and self.tool_schemas:  # a format that reads values by schema
-            self.parser = with_tools(self.tool_schemas)
-        warn_if_tools_unseen(chat, self.tool_schemas, getattr(parser, "name", ""))
-        missing = sorted({t.env for t in tools if t.env and t.env not in self.env_specs})
-        if missing:
-            raise ValueError(f"tools need envs that were not given: {', '.join(missing)}")
+        self.task_tools = TaskTools(chat, parser, tools, self.settings.task_tools, tools_field)
+        self.tool_schemas, self.parser = self.task_tools.base.schemas, self.task_tools.base.parser
         opening = check_opening_env(self.settings.opening_env, self.env_specs)
+        used = {t.env for t in tools if t.env} | set(self.task_tools.envs)
+        _require_envs(used, self.env_specs)
         self.user_turns_field = user_turns_field  # the row field of its mid-episode user turns
-        self.chain_limit = chain_limit(self.settings.concurrency, tools, self.envs, opening)
+        leased = used | ({opening} if opening else set())  # every env a chain may hold
+        self.chain_limit = chain_limit(self.settings.concurrency, tools, self.envs, leased)
         self._eot_ids = frozenset(chat.eot_token_ids)
         extra_stops = [i for i in chat.stop_token_ids(self.settings.stop) if i not in self._eot_ids]
         self._stop_ids = (*chat.eot_token_ids, *extra_stops)
@@ -185,6 +184,7 @@ class RolloutEngine:
         trajectory as soon as it is scored.
         """
         check_system_prompt(self.system_prompt, tasks, f"batch {batch_id}")
+        self.task_tools.check(tasks, f"batch {batch_id}")
         limit = self._chain_slots()
         n = self.settings.n if n is None else n
 
@@ -237,7 +237,12 @@ class RolloutEngine:
         )
         opening_env = self.settings.opening_env
         messages = [] if opening_env else opening_messages(task, self.system_prompt, self.examples)
-        chain = _Chain(trajectory, messages, user_turns=UserTurns(task, self.user_turns_field))
+        chain = _Chain(
+            trajectory,
+            messages,
+            user_turns=UserTurns(task, self.user_turns_field),
+            tools=self.task_tools.for_task(task),
+        )
         trajectory.timings = {"generate_s": 0.0, "tools_s": 0.0, "reward_s": 0.0}
         self._live[id(chain)] = chain
         try:
@@ -266,7 +271,7 @@ class RolloutEngine:
     async def _loop(self, chain: _Chain) -> None:
         settings = self.settings
         trajectory = chain.trajectory
-        prompt = self.chat.render_prompt(chain.messages, self.tool_schemas)
+        prompt = self.chat.render_prompt(chain.messages, chain.tools.schemas)
         trajectory.append("prompt", prompt, sampled=False)
         if any(report["done"] for report in trajectory.env_reports):
             trajectory.finish_reason = "env_done"  # the opening env ended the episode at once
@@ -287,7 +292,11 @@ class RolloutEngine:
             else:
                 chain.state = ChainState.RUNNING_TOOLS
                 results = await self._run_tools(chain, turn, plan)
-            finish_after_turn(trajectory, turn, results, chain.errors, settings)
+            declared = self.task_tools.finish_reason(chain.tools, results)  # a row's own tool
+            if declared == "declared_call" and not any(r.terminal and r.ok for r in results):
+                trajectory.finish_reason, trajectory.prediction = declared, _said(plan.parsed)
+            else:
+                finish_after_turn(trajectory, turn, results, chain.errors, settings)
             observation = self.chat.observation_messages(
                 [(r.tool, r.info.get("call_id"), r.observation) for r in results]
             )
@@ -297,7 +306,7 @@ class RolloutEngine:
             user = chain.user_turns.due(turn, answered)  # the row's user turns due now
             chain.messages.extend(user)
             delta = self.chat.observation_delta(
-                observation + user, self.tool_schemas, closed=chain.turn_closed
+                observation + user, chain.tools.schemas, closed=chain.turn_closed
             )
             if len(trajectory.ids) + len(delta) >= settings.max_total_tokens:
                 trajectory.finish_reason = "length"
@@ -343,10 +352,9 @@ class RolloutEngine:
         chain.turn_closed = bool(ids) and ids[-1] in self._eot_ids
         body = ids[:-1] if chain.turn_closed else ids
         text = self.chat.decode(body)
-        parsed = await parse_turn(self.parser, text)
-        plan = plan_turn(
-            parsed, self.parser, self.settings.max_calls_per_turn, self.settings.no_call
-        )
+        parser = chain.tools.parser
+        parsed = await parse_turn(parser, text)
+        plan = plan_turn(parsed, parser, self.settings.max_calls_per_turn, self.settings.no_call)
         message: dict[str, Any] = {"role": "assistant", "content": text}
         if parsed.reasoning is not None:
             message["reasoning_content"] = parsed.reasoning
@@ -363,7 +371,7 @@ class RolloutEngine:
         elif plan.is_final:
             trajectory.finish_reason = "answer"
         if trajectory.finish_reason:
-            trajectory.prediction = parsed.answer if parsed.answer is not None else parsed.content
+            trajectory.prediction = _said(parsed)
         elif parsed.answer is not None and not plan.calls:
             trajectory.prediction = parsed.answer
             trajectory.finish_reason = "answer"
@@ -404,9 +412,10 @@ class RolloutEngine:
             )
 
     async def _call_tool(self, chain: _Chain, call: ToolCall) -> ToolResult:
-        tool = self.tools.get(call.name)
+        tools = chain.tools.tools
+        tool = tools.get(call.name)
         if tool is None:
-            known = ", ".join(sorted(self.tools)) or "none"
+            known = ", ".join(sorted(tools)) or "none"
             return ToolResult.error(
                 f"unknown tool '{call.name}'; the available tools are: {known}",
                 ToolErrorKind.UNKNOWN_TOOL,
@@ -468,13 +477,13 @@ def _call_records(turn: int, plan: TurnPlan, results: list[ToolResult]) -> list[
 
 
 def chain_limit(
-    concurrency: int, tools: Sequence[Tool], envs: ResourceManager, opening: str | None = None
+    concurrency: int, tools: Sequence[Tool], envs: ResourceManager, extra_envs: Any = ()
 ) -> int:
     """Chains in flight at once: ``concurrency``, but no more than the smallest pool of an env
-    the tools (or the ``opening`` env) use. A chain keeps its env until it ends, so chains
-    beyond the pool's cap would queue for one and, past ``acquire_timeout``, fail; a warning
-    says so and how to run more."""
-    used = {t.env for t in tools if t.env} | ({opening} if opening else set())
+    the tools (or ``extra_envs``, such as the env of the tasks' own tools) use. A chain keeps
+    its env until it ends, so chains beyond the pool's cap would queue for one and, past
+    ``acquire_timeout``, fail; a warning says so and how to run more."""
+    used = {t.env for t in tools if t.env} | set(extra_envs)
     caps = {name: envs.pool_max(name) for name in sorted(used)}
     caps = {name: cap for name, cap in caps.items() if cap is not None}
     if not caps:
@@ -492,6 +501,17 @@ def chain_limit(
         name,
     )
     return caps[name]
+
+
+def _require_envs(names: set[str], specs: Mapping[str, Any]) -> None:
+    missing = sorted(name for name in names if name not in specs)
+    if missing:
+        raise ValueError(f"tools need envs that were not given: {', '.join(missing)}")
+
+
+def _said(parsed: Any) -> str:
+    """A turn's prediction: the format's answer, else its text beside the calls."""
+    return parsed.answer if parsed.answer is not None else parsed.content
 
 
 def _openai_call(call: ToolCall) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from agentfly_cli.errors import UserError
 from agentfly_cli.rollout.engine import RolloutEngine
 from agentfly_cli.rollout.engine_protocol import Engine
 from agentfly_cli.rollout.outcome import check_some_chain_ran
+from agentfly_cli.rollout.task_tool_schemas import check_task_tools
 from agentfly_cli.settings.run import RunSettings
 from agentfly_cli.trajectory import Trajectory, TrajectoryWriter, check_output_path
 
@@ -152,10 +153,12 @@ def resolve_run(
     check_agent_extra(config)
     if config.out:
         check_output_path(config.out)
-    tasks, source = _run_tasks(config, tasks, source)
+    tasks, source, rows = _run_tasks(config, tasks, source)
     if config.agent is None:  # an agent program brings its own prompts
         check_system_prompt(config.chat.system_prompt, tasks, source)
     tools = _tools_for(config.tools if tools is None else list(tools), host)
+    if config.agent is None:  # every row of the file, numbered as in the file
+        check_task_tools(rows, source, config.data.tools_field, [t.name for t in tools])
     reward = _reward_for(config, host) if reward is None else reward
     if reward is not None:
         missing = sorted(set(getattr(reward, "fields", [])) - set(tasks[0]))
@@ -169,6 +172,9 @@ def resolve_run(
         if t.env and t.env not in env_specs:
             env_specs[t.env] = t.env_spec or host.components.envs.get(t.env)
     _add_opening_env(config, env_specs, host)
+    task_env = _task_tools_env(config, host)
+    if task_env is not None and task_env[0] not in env_specs:
+        env_specs[task_env[0]] = task_env[1]
     for name in config.envs:
         if name not in env_specs:
             used = ", ".join(sorted(env_specs)) or "none"
@@ -239,9 +245,9 @@ def _add_opening_env(config: RunSettings, env_specs: dict[str, Any], host: Any) 
 
 def _run_tasks(
     config: RunSettings, tasks: Sequence[Mapping[str, Any]] | None, source: str | None
-) -> tuple[list[dict[str, Any]], str]:
-    """The run's tasks and the name its errors give them: rows given in memory, checked, or
-    ``data``'s side of ``data.path``."""
+) -> tuple[list[dict[str, Any]], str, list[dict[str, Any]]]:
+    """The run's tasks, the name its errors give them, and every row they come from: rows
+    given in memory, checked, or ``data``'s side of ``data.path`` (and the file's rows)."""
     from agentfly_cli.rollout.tasks import RowRules, check_tasks, data_side, read_tasks
 
     rules = RowRules.of(config)
@@ -249,11 +255,27 @@ def _run_tasks(
         source = source or "tasks"
         if not tasks:
             raise UserError(f"{source}: no task rows given; pass at least one")
-        return check_tasks(tasks, source, rules), source
+        rows = check_tasks(tasks, source, rules)
+        return rows, source, rows
     if not config.data.path:
         raise UserError("no data: pass --data FILE.jsonl (or set data.path in the settings)")
     path = str(config.data.path)
-    return data_side(read_tasks(path, rules), config.data, path), path
+    rows = read_tasks(path, rules)
+    return data_side(rows, config.data, path), path, rows
+
+
+def _task_tools_env(config: RunSettings, host: Any) -> tuple[str, Any] | None:
+    """The env (name, spec) that runs the rows' tools under ``rollout.task_tools.on_call:
+    env``; a name no plugin registers is one line."""
+    from agentfly_cli.errors import UnknownComponentError
+
+    settings = config.rollout.task_tools
+    if settings.on_call != "env" or not config.data.tools_field or config.agent is not None:
+        return None
+    try:
+        return settings.env, host.components.envs.get(settings.env)
+    except UnknownComponentError as exc:
+        raise UserError(f"rollout.task_tools.env: {exc}") from None
 
 
 def assemble(resolved: ResolvedRun, backend: Any) -> RolloutRun:
@@ -282,6 +304,7 @@ def assemble(resolved: ResolvedRun, backend: Any) -> RolloutRun:
             env_manager=resolved.envs,
             meta=meta,
             user_turns_field=config.data.user_turns_field,
+            tools_field=config.data.tools_field,
         )
     info = {
         "model": resolved.model_path,

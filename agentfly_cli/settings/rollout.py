@@ -5,7 +5,34 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+
+class TaskToolsSettings(BaseModel):
+    """What a call to a tool a task row declares (data.tools_field, schemas only) does."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    on_call: Literal["end", "mock", "env"] = Field(
+        "end",
+        description="end: the call is recorded (status ok) and the chain ends after that turn "
+        "(finish declared_call); mock: the model reads the row's mock_results[NAME], else "
+        "`mock`, and goes on; env: the call is sent to env.step of the env named by `env` as "
+        '{"tool": NAME, "arguments": {...}}, and the step\'s result is the observation',
+    )
+    mock: str = Field(
+        '{"status": "ok"}', description="on_call mock: the observation of a row tool's call"
+    )
+    env: str | None = Field(None, description="on_call env: the registered env that runs them")
+
+    @model_validator(mode="after")
+    def _env_mode_names_its_env(self) -> TaskToolsSettings:
+        if self.on_call == "env" and not self.env:
+            raise ValueError(
+                "on_call: env needs rollout.task_tools.env, the registered env that runs the "
+                "row's tools (e.g. task_tools: {on_call: env, env: my_env})"
+            )
+        return self
 
 
 class RolloutSettings(BaseModel):
@@ -68,6 +95,10 @@ class RolloutSettings(BaseModel):
     tool_timeout: float | None = Field(None, gt=0, description="seconds; default: the tool's own")
     max_observation_chars: int | None = Field(
         None, ge=1, description="cut longer observations; default: the tool's own"
+    )
+    task_tools: TaskToolsSettings = Field(
+        default_factory=TaskToolsSettings,
+        description="tools that task rows bring (data.tools_field): what their calls do",
     )
     gc_threshold: int | None = Field(
         20_000,

@@ -57,6 +57,12 @@ class DataSettings(BaseModel):
         '{content, after: "answer" or an assistant turn number from 0}, each appended after '
         "that turn with loss mask 0; the chain ends at an answer only when none is left",
     )
+    tools_field: str | None = Field(
+        "tools",
+        description="the row field that holds a task's own tools: a list of OpenAI tool "
+        "schemas (or their bare function objects, as BFCL writes them), offered beside the "
+        "run's tools; rollout.task_tools says what their calls do (null: rows bring none)",
+    )
     split: Literal["train", "heldout", "all"] = Field(
         "train",
         description="which side of the holdout this run reads (eval: heldout by default)",
