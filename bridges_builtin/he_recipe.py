@@ -83,6 +83,8 @@ def build(param: str | None, options: Mapping[str, Any]) -> dict[str, Any]:
             "micro_batch_tokens": 4096,
             "algorithm": {"advantage": "grpo", "policy_loss": "ppo"},
             "backend": {"name": "torch", "lr": 5.0e-6, "warmup_steps": 4},
+            # `--warm-start`: fine-tune on the canonical solutions of the training problems first
+            "warm_start": {"responses": [GOLD], "limit": 64},
         },
         "check": {"gold": GOLD, "junk": list(JUNK)},
     }

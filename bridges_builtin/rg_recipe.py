@@ -18,6 +18,7 @@ SYSTEM_MULTILINE = (
     "Solve the task. Then write ANSWER: and your final answer, which may span several lines, "
     "and nothing after it."
 )
+GOLD = "ANSWER: {answer}"
 #: answers a verifier must score below the gold answer (the self-check's junk)
 JUNK = ["ANSWER: qzx-not-an-answer", "I cannot solve this."]
 MAX_EXAMPLES = 3
@@ -79,8 +80,10 @@ def settings(param, sources, options, path: str, rows: list[dict]) -> dict[str, 
             "micro_batch_tokens": 2048,
             "algorithm": {"advantage": "grpo", "policy_loss": "ppo"},
             "backend": {"name": "torch", "lr": 8.0e-6, "warmup_steps": 4},
+            # `--warm-start`: fine-tune on the gold answers of the first training tasks first
+            "warm_start": {"responses": [GOLD], "limit": 160, "balance": "level"},
         },
-        "check": {"gold": "ANSWER: {answer}", "junk": list(JUNK)},
+        "check": {"gold": GOLD, "junk": list(JUNK)},
     }
     if len(levels) > 1:
         data["trainer"]["curriculum"] = {"field": "level", "levels": levels}

@@ -4,7 +4,8 @@ The answer is what follows ``ANSWER:`` in the model's last reply: the rest of th
 for a generator whose answers span lines (a matrix, a board), the rest of the reply. A reply
 without an ``ANSWER:`` line scores 0. The entry is the one the library generated for the row,
 generated again from the row's ``rg`` spec (JSON would turn its tuples into lists, which some
-scorers compare); a row without one (a file of your own) is scored as it stands.
+scorers compare); a row without one (a file of your own), or one whose generator does not make
+the same question again (codeio, list_functions), is scored as it stands.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from bridges_builtin import rg_tasks
 from bridges_builtin.replies import last_reply
 
 ANSWER = re.compile(r"^[ \t]*ANSWER:[ \t]*", re.MULTILINE)
-STALE = "the generator no longer makes this row's question (another reasoning-gym version?)"
 
 
 def answer_in(text: str, multiline: bool) -> str | None:
@@ -49,12 +49,13 @@ def reasoning_gym_score(
     given = prediction if reply is None else answer_in(reply, bool(spec.get("multiline")))
     if given is None:
         return {"reward": 0.0, "reason": "no ANSWER: line"}
+    entry = {"question": question, "answer": answer, "metadata": metadata or {}}
     if spec:
-        entry, scorer = rg_tasks.rebuilt_entry(spec), _scorer(spec)
-        if question and entry["question"] != question:
-            return {"reward": 0.0, "reason": STALE}
+        scorer = _scorer(spec)
+        rebuilt = rg_tasks.rebuilt_entry(spec)
+        if not question or rebuilt["question"] == question:  # else a generator that is not
+            entry = rebuilt  # deterministic (codeio): the row as it stands
     else:
-        entry = {"question": question, "answer": answer, "metadata": metadata or {}}
         scorer = rg_tasks.dataset(name, None, 0, 1, {})
     try:
         score = float(scorer.score_answer(str(given), entry))

@@ -12,6 +12,7 @@ scores the very entry the library generated, whatever JSON did to its metadata.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import functools
@@ -160,10 +161,17 @@ def dataset(name: str, level: int | None, seed: int, size: int, config: Mapping[
 
 
 def rebuilt_entry(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """The entry a row's ``rg`` spec was generated from, generated again."""
+    """The entry a row's ``rg`` spec was generated from, generated again (once per process)."""
+    config = json.dumps(dict(spec.get("config") or {}), sort_keys=True)
     level = spec.get("curriculum_level")
-    built = dataset(spec["source"], level, spec["seed"], spec["size"], spec.get("config") or {})
-    return built[spec["index"]]
+    entry = _entry(spec["source"], level, spec["seed"], spec["size"], config, spec["index"])
+    return copy.deepcopy(entry)  # a scorer may change what it is given
+
+
+@functools.lru_cache(maxsize=4096)
+def _entry(name: str, level: int | None, seed: int, size: int, config: str, index: int) -> dict:
+    library()
+    return _dataset(name, level, seed, size, config)[index]
 
 
 def _plan(source: Source, count: int, options: Options, config: dict) -> list[tuple[Any, int]]:
