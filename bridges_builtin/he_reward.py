@@ -6,9 +6,9 @@ first block, else the whole reply): a whole function follows the problem's promp
 prompt's imports and helpers stay), a bare body completes the prompt's function. The first cell
 runs that program; the second runs the problem's ``check(entry_point)`` (what the code prints
 meanwhile swallowed) and then prints a random token that the model's code, run before it,
-cannot know, so only tests that finished pass. A timeout, a crash or a sandbox that fails scores 0 with the reason in the extras. Both
-cells share one interpreter, as in HumanEval's own harness: code that rewrites Python's
-builtins could still fake a pass.
+cannot know, so only tests that finished pass. A timeout, a crash or a sandbox that fails
+scores 0 with the reason in the extras. Both cells share one interpreter, as in HumanEval's own
+harness: code that rewrites Python's builtins could still fake a pass.
 """
 
 from __future__ import annotations

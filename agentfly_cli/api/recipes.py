@@ -1,4 +1,5 @@
-"""Recipes (packaged run settings, or a family's NAME:PARAM) and their data: what ``agentfly recipes show`` reports."""
+"""Recipes (packaged run settings, or a family's NAME:PARAM) and their data: what ``agentfly
+recipes show`` reports."""
 
 from __future__ import annotations
 

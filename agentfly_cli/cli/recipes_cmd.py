@@ -99,9 +99,7 @@ def show_recipe(
     if path:  # on rows of their own: a long path must not wrap the count
         facts += [("rows", str(len(rows))), ("fields", ", ".join(fields))]
     if family is not None and family.options:
-        facts += [
-            (f"--set {entry.name}.{key}=", about) for key, about in family.options.items()
-        ]
+        facts += [(f"--set {entry.name}.{key}=", about) for key, about in family.options.items()]
     console.print(table(name, ("setting", "value"), facts))
     choices = info["data"]["choices"]
     if choices:

@@ -107,7 +107,9 @@ def test_a_timeout_or_crash_scores_zero_with_its_reason(rows, body, reason):
 
 def test_code_that_prints_the_pass_line_does_not_pass(rows):
     row = rows[0]
-    cheat = "    print('passed')\n    import sys\n    sys.stdout.write('0' * 32)\n    raise SystemExit"
+    cheat = (
+        "    print('passed')\n    import sys\n    sys.stdout.write('0' * 32)\n    raise SystemExit"
+    )
     assert score(row, cheat)[0] == 0.0
 
 

@@ -9,7 +9,8 @@ import json
 import pytest
 
 pytest.importorskip(
-    "reasoning_gym", reason="reasoning-gym is not installed: pip install 'agentfly-cli[reasoning-gym]'"
+    "reasoning_gym",
+    reason="reasoning-gym is not installed: pip install 'agentfly-cli[reasoning-gym]'",
 )
 
 from agentfly_cli.errors import UserError  # noqa: E402
@@ -50,7 +51,11 @@ def test_a_generator_is_a_recipe_with_levels_and_the_usual_split():
     assert len(rows) == 24 and len({r["id"] for r in rows}) == 24
     assert sorted({r["level"] for r in rows}) == [0, 1, 2]  # the curriculum's first three
     assert {r["source"] for r in rows} == {"chain_sum"}
-    assert config.trainer.curriculum.field == "level" and config.trainer.curriculum.levels == [0, 1, 2]
+    assert config.trainer.curriculum.field == "level" and config.trainer.curriculum.levels == [
+        0,
+        1,
+        2,
+    ]
     assert config.data.holdout == 0.1 and config.model == "smollm2"
     assert [c.name for c in config.reward] == ["reasoning_gym_score"]
     assert config.rollout.stop == ["\n"] and config.chat.parser == "line"
@@ -78,7 +83,12 @@ def test_a_weighted_mix_and_options():
     flat = load_config(RECIPE, ["reasoning_gym.size=6", "reasoning_gym.levels=0"])
     assert {r["level"] for r in rows_of(flat)} == {0} and flat.trainer.curriculum.field is None
     set_terms = load_config(
-        RECIPE, ["reasoning_gym.size=6", "reasoning_gym.levels=0", "reasoning_gym.config={min_terms: 4, max_terms: 4}"]
+        RECIPE,
+        [
+            "reasoning_gym.size=6",
+            "reasoning_gym.levels=0",
+            "reasoning_gym.config={min_terms: 4, max_terms: 4}",
+        ],
     )
     assert all(r["metadata"]["num_terms"] == 4 for r in rows_of(set_terms))
 
@@ -86,9 +96,17 @@ def test_a_weighted_mix_and_options():
 @pytest.mark.parametrize(
     ("spec", "sets", "message"),
     [
-        ("reasoning_gym:chain_su", [], "unknown reasoning_gym generator 'chain_su'; did you mean chain_sum"),
+        (
+            "reasoning_gym:chain_su",
+            [],
+            "unknown reasoning_gym generator 'chain_su'; did you mean chain_sum",
+        ),
         ("reasoning_gym:chain_sum=0", [], "reasoning_gym:chain_sum=0: weight '0' of chain_sum"),
-        ("reasoning_gym:chain_sum+chain_sum", [], "reasoning_gym:chain_sum+chain_sum: chain_sum is named twice"),
+        (
+            "reasoning_gym:chain_sum+chain_sum",
+            [],
+            "reasoning_gym:chain_sum+chain_sum: chain_sum is named twice",
+        ),
         ("reasoning_gym", [], "recipe 'reasoning_gym' needs a parameter: reasoning_gym:NAME"),
         (RECIPE, ["reasoning_gym.size=0"], "--set reasoning_gym.size must be at least 1"),
         (RECIPE, ["reasoning_gym.seed=x"], "--set reasoning_gym.seed: expected a whole number"),
@@ -148,7 +166,9 @@ def test_the_reward_scores_the_entry_the_library_generated():
     would fail the gold answer, the rebuilt entry does not."""
     from reasoning_gym.factory import DATASETS
 
-    row = rows_of(load_config("reasoning_gym:arc_agi", ["reasoning_gym.size=2", "reasoning_gym.levels=1"]))[0]
+    row = rows_of(
+        load_config("reasoning_gym:arc_agi", ["reasoning_gym.size=2", "reasoning_gym.levels=1"])
+    )[0]
     plain = DATASETS["arc_agi"][0](config=DATASETS["arc_agi"][1]())
     as_stored = {"question": row["question"], "answer": row["answer"], "metadata": row["metadata"]}
     assert plain.score_answer(row["answer"], as_stored) < 1.0

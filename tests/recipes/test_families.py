@@ -75,7 +75,11 @@ def test_options_come_from_set_and_tasks_are_written_once(host):
     assert again.data.path == config.data.path  # the same key, the same file, reused
     other = load_config("ops:sub", host=host, ops={"size": 2})  # the Python API's spelling
     assert other.data.path != config.data.path
-    assert [options for _, options in _module(host).BUILDS] == [{"size": 5}, {"size": 5}, {"size": 2}]
+    assert [options for _, options in _module(host).BUILDS] == [
+        {"size": 5},
+        {"size": 5},
+        {"size": 2},
+    ]
 
 
 @pytest.mark.parametrize(
