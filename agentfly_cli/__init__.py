@@ -29,6 +29,7 @@ _EXPORTS = {
     "RewardResult": "agentfly_cli.components.rewards",
     "CombinedReward": "agentfly_cli.components.rewards",
     "hookimpl": "agentfly_cli.plugin_host.hookspecs",
+    "RecipeFamily": "agentfly_cli.plugin_host.registry",
     "Env": "agentfly_cli.envs.base",
     "BaseEnv": "agentfly_cli.envs.base",
     "EnvSpec": "agentfly_cli.envs.base",
@@ -57,6 +58,7 @@ __all__ = [
     "EnvSpec",
     "EvalReport",
     "Experiment",
+    "RecipeFamily",
     "Reward",
     "RewardResult",
     "RolloutResult",
@@ -94,6 +96,7 @@ if TYPE_CHECKING:
     from agentfly_cli.errors import UserError
     from agentfly_cli.plugin_host.hookspecs import hookimpl
     from agentfly_cli.plugin_host.plugins import get_plugin_host
+    from agentfly_cli.plugin_host.registry import RecipeFamily
     from agentfly_cli.settings.run import RunSettings
     from agentfly_cli.trajectory import Trajectory
 

@@ -1,4 +1,5 @@
-"""Recipes (packaged run configs) and their data: what ``agentfly recipes show`` reports."""
+"""Recipes (packaged run settings, or a family's NAME:PARAM) and their data: what ``agentfly
+recipes show`` reports."""
 
 from __future__ import annotations
 
@@ -6,7 +7,22 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from agentfly_cli.plugin_host.registry import Entry
     from agentfly_cli.settings.run import RunSettings
+
+
+def recipe_entry(spec: str, host: Any = None) -> Entry:
+    """The registered recipe that ``spec`` names (``NAME`` or a family's ``NAME:PARAM``)."""
+    from agentfly_cli.recipes.families import find_recipe
+    from agentfly_cli.recipes.loader import host_or_installed
+
+    return find_recipe(spec, host_or_installed(host))[0]
+
+
+def recipe_label(entry: Entry) -> str:
+    """How listings name a recipe: its name, or ``NAME:PARAM`` for a family."""
+    family = entry.obj.family
+    return family.spelled(entry.name) if family is not None else entry.name
 
 
 def load_recipe(name: str) -> RunSettings:

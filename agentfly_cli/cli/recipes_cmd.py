@@ -17,11 +17,13 @@ app = typer.Typer(
 @handle_errors
 def list_recipes(as_json: bool = JSON_OPTION) -> None:
     """List every registered recipe and the plugin that provides it."""
+    from agentfly_cli.api.recipes import recipe_label
+
     host = host_with_warnings()
     registry = host.components.recipes
     items = [
         {
-            "name": entry.name,
+            "name": recipe_label(entry),
             "description": entry.obj.description,
             "path": entry.obj.path,
             **provenance_fields(entry),
@@ -41,23 +43,27 @@ def list_recipes(as_json: bool = JSON_OPTION) -> None:
 @app.command("show")
 @handle_errors
 def show_recipe(
-    name: str = typer.Argument(..., help="A recipe name (see `agentfly recipes list`)."),
+    name: str = typer.Argument(
+        ..., help="A recipe name, or NAME:PARAM of a family (see `agentfly recipes list`)."
+    ),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Show a recipe: its model, tools, reward, settings, and its data (rows, fields, and the
     values that --where can select)."""
-    from agentfly_cli.api.recipes import field_choices, load_recipe, recipe_tasks
+    from agentfly_cli.api.recipes import field_choices, load_recipe, recipe_entry, recipe_tasks
 
     host = host_with_warnings()
-    entry = host.components.recipes.entry(name)
+    entry = recipe_entry(name, host)
+    family = entry.obj.family
     config = load_recipe(name)
     path = config.data.path
     rows = recipe_tasks(config)
     fields = list(dict.fromkeys(k for row in rows for k in row))
     info = {
-        "name": entry.name,
+        "name": name,
         "description": entry.obj.description,
         "path": entry.obj.path,
+        "options": dict(family.options) if family is not None else {},
         **provenance_fields(entry),
         "data": {
             "path": config.data.path,
@@ -75,8 +81,8 @@ def show_recipe(
     rewards = ", ".join(r.name for r in config.reward) if config.reward else "-"
     algorithm = f"{trainer.algorithm.advantage} / {trainer.algorithm.policy_loss}"
     facts = [
-        ("recipe", f"{entry.name}  ({info['plugin']})"),
-        ("file", entry.obj.path),
+        ("recipe", f"{name}  ({info['plugin']})"),
+        ("file", entry.obj.path or f"built by the plugin ({family.spelled(entry.name)})"),
         ("about", entry.obj.description),
         ("model", f"{config.model}  (backend {config.backend.name})"),
         ("tools", ", ".join(config.tools) or "-"),
@@ -92,7 +98,9 @@ def show_recipe(
     ]
     if path:  # on rows of their own: a long path must not wrap the count
         facts += [("rows", str(len(rows))), ("fields", ", ".join(fields))]
-    console.print(table(entry.name, ("setting", "value"), facts))
+    if family is not None and family.options:
+        facts += [(f"--set {entry.name}.{key}=", about) for key, about in family.options.items()]
+    console.print(table(name, ("setting", "value"), facts))
     choices = info["data"]["choices"]
     if choices:
         lines = [
@@ -100,5 +108,5 @@ def show_recipe(
             for field, counts in choices.items()
         ]
         console.print(table("select tasks", ("flag", "values (rows)"), lines))
-    run = f"agentfly rollout {entry.name} --limit 4  |  agentfly train {entry.name}"
+    run = f"agentfly rollout {name} --limit 4  |  agentfly train {name}"
     console.print(f"run it: {run}")

@@ -19,7 +19,11 @@ import typer
 RUN_OPTIONS: dict[str, tuple[Any, Any]] = {
     "spec": (
         str | None,
-        typer.Argument(None, help="A recipe name (see `agentfly recipes list`) or a YAML config."),
+        typer.Argument(
+            None,
+            help="A recipe name, NAME:PARAM of a recipe family (see `agentfly recipes list`), "
+            "or a YAML settings file.",
+        ),
     ),
     "model": (
         str | None,

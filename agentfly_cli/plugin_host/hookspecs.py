@@ -43,7 +43,7 @@ def register_envs(register):
 
 @hookspec
 def register_recipes(register):
-    """Register recipes: ``register(name, path_to_yaml, description="")``."""
+    """Register recipes: ``register(name, path_to_yaml_or_RecipeFamily, description="")``."""
 
 
 @hookspec

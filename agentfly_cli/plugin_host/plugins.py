@@ -29,6 +29,7 @@ from agentfly_cli.plugin_host.registry import (
     Components,
     Entry,
     Provenance,
+    RecipeFamily,
     RecipeRef,
     RegisteredEstimator,
 )
@@ -359,11 +360,19 @@ def _recipe_register(
     base = os.path.dirname(os.path.abspath(module_file)) if module_file else os.getcwd()
 
     def register(name: str, path: Any, description: str = "") -> None:
-        """A relative ``path`` is relative to the plugin module's folder."""
-        full = os.path.join(base, os.fspath(path))
-        if not os.path.isfile(full):
-            raise FileNotFoundError(f"recipe '{name}': no file at {full}")
-        recipe = RecipeRef(name, full, description)
+        """``path``: a YAML file (relative to the plugin module's folder) or a
+        :class:`RecipeFamily` (its recipes are ``name:PARAM``)."""
+        if not isinstance(name, str) or not name or ":" in name or name != name.strip():
+            raise ValueError(
+                f"recipe name {name!r}: give a non-empty name without ':' or surrounding spaces"
+            )
+        if isinstance(path, RecipeFamily):
+            recipe = RecipeRef(name, None, description, family=path)
+        else:
+            full = os.path.join(base, os.fspath(path))
+            if not os.path.isfile(full):
+                raise FileNotFoundError(f"recipe '{name}': no file at {full}")
+            recipe = RecipeRef(name, full, description)
         staged.append(Entry("recipes", name, recipe, provenance, description))
 
     return register

@@ -4,7 +4,7 @@ plugins."""
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,12 +59,35 @@ class Entry:
 
 
 @dataclass(frozen=True)
+class RecipeFamily:
+    """Recipes made on demand: ``NAME:PARAM`` (``reasoning_gym:chain_sum``), or ``NAME`` alone
+    where ``param`` is None.
+
+    ``build(param, options)`` returns the recipe's settings (a dict, as a YAML recipe holds them)
+    after writing its tasks where ``data.path`` says (see
+    :mod:`agentfly_cli.recipes.families`); ``options`` are what ``--set NAME.KEY=VALUE`` gave.
+    A bad param or option, or a library that is not installed, is one ``UserError`` line."""
+
+    build: Callable[[str | None, Mapping[str, Any]], dict[str, Any]]
+    #: how listings name the parameter (``reasoning_gym:NAME``); None: the family takes none
+    param: str | None = "PARAM"
+    #: each option ``--set NAME.KEY=VALUE`` accepts, with one line on what it does
+    options: Mapping[str, str] = field(default_factory=dict)
+
+    def spelled(self, name: str) -> str:
+        """How a listing names the family's recipes: ``name:PARAM``, or ``name``."""
+        return f"{name}:{self.param}" if self.param else name
+
+
+@dataclass(frozen=True)
 class RecipeRef:
-    """A recipe: a YAML file that a plugin provides."""
+    """A recipe: a YAML file that a plugin provides, or a :class:`RecipeFamily` (then
+    ``path`` is None)."""
 
     name: str
-    path: str
+    path: str | None
     description: str = ""
+    family: RecipeFamily | None = None
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ field and the fix.
 
 from __future__ import annotations
 
+import copy
 import difflib
 import os
 import re
@@ -22,6 +23,7 @@ from pydantic import (
 )
 
 from agentfly_cli.errors import UserError
+from agentfly_cli.recipes.families import check_options, find_recipe
 from agentfly_cli.settings.run import RunSettings
 
 S = TypeVar("S", bound=BaseModel)
@@ -121,18 +123,81 @@ def validate_settings(model: type[S], data: Mapping[str, Any], source: str) -> S
 
 
 def resolve_recipe_path(spec: str, host: Any = None) -> Path:
-    """A YAML path, or the name of a recipe registered with ``host`` (a
-    :class:`~agentfly_cli.plugin_host.plugins.PluginHost`; default: the installed plugins)."""
+    """A YAML path, or the name of a recipe file registered with ``host`` (a
+    :class:`~agentfly_cli.plugin_host.plugins.PluginHost`; default: the installed plugins).
+    A recipe family (``NAME:PARAM``) has no file: :func:`load_config` builds it."""
+    path = _settings_file(spec)
+    if path is not None:
+        return path
+    entry, _ = find_recipe(spec, host_or_installed(host))
+    if entry.obj.family is not None:
+        raise UserError(
+            f"recipe '{spec}' is built by its plugin, not read from a file; load it with "
+            "load_config or `agentfly recipes show`"
+        )
+    return Path(entry.obj.path)
+
+
+def _settings_file(spec: str) -> Path | None:
+    """``spec`` as a settings file, or None when it is a recipe name."""
     path = Path(spec).expanduser()
     if path.is_file():
         return path
     if path.suffix in (".yaml", ".yml") or os.sep in spec:
         raise UserError(f"settings file {spec!r} not found")
+    return None
+
+
+def host_or_installed(host: Any) -> Any:
+    """``host``, or the installed plugins' host."""
     if host is None:
         from agentfly_cli.plugin_host.plugins import get_plugin_host
 
-        host = get_plugin_host()
-    return Path(host.components.recipes.get(spec).path)
+        return get_plugin_host()
+    return host
+
+
+def recipe_settings(
+    spec: str, overrides: list[str], fields: dict[str, Any], host: Any = None
+) -> tuple[dict[str, Any], str, Path | None]:
+    """The settings of a YAML file, a recipe, or a family's recipe (built now, its options
+    taken out of ``overrides`` and ``fields``), their source for error lines, and the folder
+    their relative paths are relative to."""
+    path = _settings_file(spec)
+    if path is None:
+        entry, param = find_recipe(spec, host_or_installed(host))
+        family = entry.obj.family
+        if family is not None:
+            options = _family_options(entry.name, overrides, fields)
+            check_options(entry.name, family, options)
+            data = family.build(param, options)
+            if not isinstance(data, dict):
+                raise TypeError(f"recipe family '{entry.name}': build must return a dict")
+            return copy.deepcopy(data), f"recipe {spec}", None
+        path = Path(entry.obj.path)
+    return load_yaml(path), str(path), path.parent
+
+
+def _family_options(name: str, overrides: list[str], fields: dict[str, Any]) -> dict[str, Any]:
+    """A family's options: ``--set NAME.KEY=VALUE`` items, removed from ``overrides``, and
+    ``NAME.KEY`` fields (the Python API's ``NAME={...}``), removed from ``fields``."""
+    options: dict[str, Any] = {}
+    prefix, rest = f"{name}.", []
+    given = fields.pop(name, None)
+    if isinstance(given, Mapping):
+        options.update(given)
+    elif given is not None:
+        raise UserError(f"{name}: expected a mapping of the recipe's options, got {given!r}")
+    for key in [k for k in fields if k.startswith(prefix)]:
+        _set_at(options, key[len(prefix) :], fields.pop(key), key)
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if sep and key.strip().startswith(prefix):
+            _set_at(options, key.strip()[len(prefix) :], parse_value(raw), f"--set {item!r}")
+        else:
+            rest.append(item)
+    overrides[:] = rest
+    return options
 
 
 def load_yaml(path: Path) -> dict[str, Any]:
@@ -158,25 +223,34 @@ def load_config(
     """Build the settings from a recipe name or YAML file, then ``fields``, then ``--set``.
 
     A recipe name is looked up in ``host`` (a :class:`~agentfly_cli.plugin_host.plugins.PluginHost`;
-    default: the installed plugins).
+    default: the installed plugins); ``NAME:PARAM`` names a recipe family's recipe, built now
+    (its options: ``--set NAME.KEY=VALUE``, see :mod:`agentfly_cli.recipes.families`).
     Relative paths in a YAML file (data, script, template, ``file.py:attr`` tools, rewards,
     agents and parsers) are relative to that file; those of flags and ``--set`` to the current
     folder.
     """
     data: dict[str, Any] = {}
     source = "settings"
+    overrides = list(overrides or [])
     if spec:
-        path = resolve_recipe_path(spec, host)
-        data = load_yaml(path)
-        source = str(path)
-        _anchor_paths(data, path.parent)
-    recipe_data = dict(data.get("data") or {})
+        data, source, base = recipe_settings(spec, overrides, fields, host)
+        if base is not None:
+            _anchor_paths(data, base)
+    recipe_section = dict(data.get("data") or {})
     recipe_eval_holdout = _eval_holdout(data)
     apply_values(data, fields)
-    apply_overrides(data, list(overrides or []))
-    _holdout_stays_with_its_file(data, recipe_data)
-    _later_holdout_wins(data, recipe_data, recipe_eval_holdout)
+    apply_overrides(data, overrides)
+    _holdout_stays_with_its_file(data, recipe_section)
+    _later_holdout_wins(data, recipe_section, recipe_eval_holdout)
+    _drop_unread_sections(data)
     return validate_settings(RunSettings, data, source)
+
+
+def _drop_unread_sections(data: dict[str, Any]) -> None:
+    """A recipe's ``check:`` section (gold and junk answers for `agentfly recipes check`) is
+    the recipe's, not the run's: it is dropped here unless the run settings read it."""
+    if "check" in data and "check" not in RunSettings.model_fields:
+        del data["check"]
 
 
 def _holdout_stays_with_its_file(data: dict[str, Any], recipe_data: dict[str, Any]) -> None:

@@ -9,7 +9,7 @@ from agentfly_cli.settings import VARIABLES
 from agentfly_cli.settings.reference import markdown, sections
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCES = ("agentfly_cli", "envs_builtin", "tools_builtin", "rewards_builtin")
+SOURCES = ("agentfly_cli", "envs_builtin", "tools_builtin", "rewards_builtin", "bridges_builtin")
 
 
 def test_every_setting_has_a_description_and_every_section_a_docstring():

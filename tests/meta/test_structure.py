@@ -7,7 +7,7 @@ import ast
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("agentfly_cli", "tools_builtin", "envs_builtin", "rewards_builtin")
+PACKAGES = ("agentfly_cli", "tools_builtin", "envs_builtin", "rewards_builtin", "bridges_builtin")
 MAX_MODULE_LINES = 600
 MAX_CLASS_LINES = 330  # "about 300"
 
