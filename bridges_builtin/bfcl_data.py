@@ -149,3 +149,44 @@ def gold_calls(row: dict[str, Any]) -> list[dict[str, Any]]:
             arguments = {key: _as_source_text(value) for key, value in arguments.items()}
         calls.append({"name": tool_name(name), "arguments": arguments})
     return calls
+
+
+NO_CALL_REPLY = "None of the functions given can do this."
+
+
+def _python_literal(value: Any) -> str:
+    """A value as Python source (what the pythonic call format writes)."""
+    if isinstance(value, dict):
+        return (
+            "{"
+            + ", ".join(f"{json.dumps(str(k))}: {_python_literal(v)}" for k, v in value.items())
+            + "}"
+        )
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_python_literal(v) for v in value) + "]"
+    if isinstance(value, bool) or value is None:
+        return repr(value)
+    return json.dumps(value)
+
+
+def pythonic_calls(calls: list[dict[str, Any]]) -> str:
+    """Calls as the pythonic format's reply: ``[name(a=1, b="x")]``."""
+    written = [
+        f"{call['name']}("
+        + ", ".join(f"{key}={_python_literal(value)}" for key, value in call["arguments"].items())
+        + ")"
+        for call in calls
+    ]
+    return "[" + ", ".join(written) + "]"
+
+
+def gold_responses(task: dict[str, Any]) -> list[str]:
+    """The reply BFCL accepts for a row, in the recipe's pythonic call format
+    (``agentfly recipes check``'s gold): its possible answer's calls; for the irrelevance
+    categories a reply that calls nothing; for live_relevance any call (the first tool's)."""
+    category = task["bfcl"]["category"]
+    if category in NO_CALL_CATEGORIES:
+        return [NO_CALL_REPLY]
+    if category in ANY_CALL_CATEGORIES:
+        return [pythonic_calls([{"name": task["tools"][0]["function"]["name"], "arguments": {}}])]
+    return [pythonic_calls(gold_calls(task))]

@@ -1,0 +1,56 @@
+"""The settings of a ``bfcl:CATEGORY`` recipe, and the category's entries as task rows."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+from agentfly_cli.recipes.families import tasks_file, write_tasks
+from bridges_builtin.bfcl_data import AST_CATEGORIES, category_rows, data_folder
+
+SYSTEM_PROMPT = (
+    "You are an expert in composing functions. Given a question and a set of possible "
+    "functions, make the function calls that answer it. If none of the functions fits, say so "
+    "and call none."
+)
+
+
+def build(param: str | None, options: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings of ``bfcl:<param>``, after writing the category's rows to the cache."""
+    data_folder()  # one line naming the install command when bfcl-eval is absent
+    rows = category_rows(str(param))  # one line naming the categories for an unknown one
+    try:
+        bfcl_version = version("bfcl-eval")
+    except PackageNotFoundError:  # pragma: no cover - found by data_folder above
+        bfcl_version = "unknown"
+    key = {"category": param, "bfcl-eval": bfcl_version}
+    path = write_tasks(tasks_file("bfcl", str(param), key), lambda: rows)
+    return {
+        "name": f"bfcl:{param}",
+        "description": f"BFCL {param} ({len(rows)} entries, {AST_CATEGORIES[param]}): each "
+        "task's own tools, pythonic calls, BFCL's AST checker",
+        "model": "smollm2",
+        "backend": {"name": "hf"},
+        "data": {"path": str(path), "holdout": 0.1, "holdout_seed": 0},
+        "tools": [],
+        "reward": "bfcl_ast",
+        "chat": {"template": "pythonic", "parser": "pythonic", "system_prompt": SYSTEM_PROMPT},
+        "rollout": {
+            "task_tools": {"on_call": "end"},
+            "n": 8,
+            "max_turns": 1,  # BFCL scores the first reply
+            "max_tokens_per_turn": 256,  # parallel calls run long
+            "max_total_tokens": 4096,
+            "temperature": 1.0,
+        },
+        "trainer": {
+            "steps": 20,
+            "tasks_per_step": 4,
+            "micro_batch_tokens": 2048,
+            "algorithm": {"advantage": "grpo", "policy_loss": "ppo"},
+            "backend": {"name": "torch", "lr": 8.0e-6, "gradient_checkpointing": True},
+            "warm_start": {"enabled": False},
+        },
+        "check": {"gold": "bridges_builtin.bfcl_data:gold_responses"},
+    }
