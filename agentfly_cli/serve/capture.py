@@ -195,10 +195,13 @@ class Match:
 
 @dataclass
 class Episode:
-    """One session: its segments, its reward, its group."""
+    """One session: its segments, its reward, its group; ``task_index`` and ``task_id``: the
+    task an agent engine's episode plays (None for a plain ``agentfly serve`` session)."""
 
     id: str
     group_id: str = ""
+    task_index: int | None = None
+    task_id: str | None = None
     segments: list[Segment] = field(default_factory=list)
     reward: float | None = None
     requests: int = 0
