@@ -44,6 +44,7 @@ def check_recipe(
     min_gold: float | None = None,
     margin: float | None = None,
     out: str | None = None,
+    keep_limits: bool = False,
     overrides: Sequence[str] | None = None,
 ) -> CheckReport:
     """``agentfly recipes check NAME``: play each task's gold answer and junk answers through
@@ -51,7 +52,9 @@ def check_recipe(
     reward cannot tell them apart (:mod:`agentfly_cli.rollout.self_check`). ``gold``: one
     template or ``module:fn``, or a list of templates (one per turn), in place of the recipe's
     ``check.gold``; ``junk``: templates added to its junk; ``split``: train, heldout or all;
-    ``model``: the tokenizer and template to render with (default: the recipe's)."""
+    ``model``: the tokenizer and template to render with (default: the recipe's);
+    ``keep_limits``: play under the recipe's token limits (lifted by default: the check tests
+    the reward, not the token budget); ``overrides``: ``--set`` items."""
     from agentfly_cli.recipes.loader import load_config
     from agentfly_cli.rollout.self_check import DEFAULT_MARGIN, check_settings
 
@@ -61,5 +64,5 @@ def check_recipe(
         gold = gold[0] if len(gold) == 1 else list(gold)
     return check_settings(
         config, gold=gold or None, junk=list(junk or []), min_gold=min_gold,
-        margin=DEFAULT_MARGIN if margin is None else margin, out=out,
+        margin=DEFAULT_MARGIN if margin is None else margin, out=out, keep_limits=keep_limits,
     )  # fmt: skip

@@ -117,27 +117,39 @@ def show_recipe(
 def check_recipes(
     names: list[str] = typer.Argument(..., help="Recipe names or YAML files (one or more)."),
     model: str = typer.Option(
-        None, "--model", help="The tokenizer and template to render with (default: the "
-        "recipe's; tiny is quick: the scripted backend samples nothing)."
+        None,
+        "--model",
+        help="The tokenizer and template to render with (default: the "
+        "recipe's; tiny is quick: the scripted backend samples nothing).",
     ),
     split: str = typer.Option("all", "--split", help="The tasks to check: train, heldout, all."),
     limit: int = typer.Option(None, "--limit", min=1, help="Check only the first N tasks."),
     gold: list[str] = typer.Option(
-        None, "--gold", help="The gold answer, in place of the recipe's check.gold: a response "
+        None,
+        "--gold",
+        help="The gold answer, in place of the recipe's check.gold: a response "
         "template of the row's fields ('ANSWER: {answer}') or module:fn; repeat it for one "
-        "template per turn."
+        "template per turn.",
     ),
     junk: list[str] = typer.Option(
         None, "--junk", help="An extra junk answer (a template; repeatable)."
     ),
     min_gold: float = typer.Option(
-        None, "--min-gold", help="The least a gold answer must score (default: the best gold "
-        "score of the checked tasks)."
+        None,
+        "--min-gold",
+        help="The least a gold answer must score (default: the best gold "
+        "score of the checked tasks).",
     ),
     margin: float = typer.Option(
         1e-9, "--margin", help="How much more than every junk answer the gold must score."
     ),
     out: str = typer.Option(None, "--out", help="Write every chain played to this JSONL file."),
+    keep_limits: bool = typer.Option(
+        False,
+        "--keep-limits",
+        help="Play under the recipe's token limits (by default they "
+        "are lifted: the check tests the reward, not the token budget).",
+    ),
     sets: list[str] = typer.Option(None, "--set", help="Override a setting: key=value."),
     as_json: bool = JSON_OPTION,
 ) -> None:
@@ -146,10 +158,9 @@ def check_recipes(
     the recipe's own engine and reward with the scripted backend; flag every task whose gold
     does not score strictly above every junk answer, or under --min-gold. Exit code 0 when
     none is flagged, 1 when some are, 2 for bad input."""
+    from agentfly_cli.api.errors import UserError
     from agentfly_cli.api.recipes import check_recipe
     from agentfly_cli.cli.check_report import print_check
-
-    from agentfly_cli.api.errors import UserError
 
     if split not in ("train", "heldout", "all"):
         raise UserError(f"--split {split}: give train, heldout or all")
@@ -160,7 +171,7 @@ def check_recipes(
     for name in names:
         report = check_recipe(
             name, model=model, split=split, limit=limit, gold=gold or None, junk=junk,
-            min_gold=min_gold, margin=margin, out=out, overrides=sets,
+            min_gold=min_gold, margin=margin, out=out, keep_limits=keep_limits, overrides=sets,
         )  # fmt: skip
         reports.append(report.to_dict())
     ok = all(report["ok"] for report in reports)

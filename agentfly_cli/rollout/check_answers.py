@@ -3,9 +3,10 @@ and the junk answers the gold one must beat.
 
 The built-in junk, for a task row: ``empty`` (an empty reply), ``dont_know`` ("I don't know"),
 ``blank_answer`` (the gold turns with the last one's fields emptied: an empty answer in the
-gold's format), ``wrong_answer`` (the gold turns with the last one's values changed: each
-number in them raised by one, or, where they hold no number, the next task's values), and
-``other_task`` (the next task's gold, whole). A kind that cannot be derived for a task (no
+gold's format), ``wrong_answer`` (the gold turns with the last one's values changed: the
+first number in each raised by one, or, where they hold no number, the next task's values), and
+``other_task`` (the gold of the next task whose last turn differs, whole: a task with the same
+answer is skipped, its gold would be right here too). A kind that cannot be derived for a task (no
 field in the last turn, a single task) is left out for it. ``check.junk`` adds templates of its
 own, named ``junk[0]``, ``junk[1]``, ...
 """
@@ -19,6 +20,7 @@ from typing import Any
 
 from agentfly_cli.errors import UserError
 from agentfly_cli.rollout.solutions import Said, fill, play, template_fields
+from agentfly_cli.settings.train import SolutionStep
 
 NAMES = ("check.gold", "pass --gold TEMPLATE")
 JUNK_NAMES = ("check.junk", "drop that junk template")
@@ -63,7 +65,7 @@ class GoldSource:
                 )
             self.function, self.name = function, gold
         else:
-            self.steps = [gold] if isinstance(gold, str) else list(gold)
+            self.steps = [_step(s) for s in ([gold] if isinstance(gold, str) else list(gold))]
             self.name = None
 
     def turns(self, row: Mapping[str, Any]) -> list[Said]:
@@ -88,6 +90,28 @@ class GoldSource:
         return [Said(text) for text in said]
 
 
+def _step(step: Any) -> str | SolutionStep:
+    """A gold step: a template, or a list step (a dict, e.g. from the Python API, checked)."""
+    if isinstance(step, (str, SolutionStep)):
+        return step
+    if isinstance(step, Mapping):
+        from pydantic import ValidationError
+
+        try:
+            return SolutionStep(**step)
+        except ValidationError as exc:
+            problem = exc.errors()[0]
+            where = ".".join(str(p) for p in problem["loc"]) or "step"
+            raise UserError(
+                f"check.gold: the list step {dict(step)!r} is not valid ({where}: "
+                f"{problem['msg']}); give {{each: FIELD, say: TEMPLATE}}"
+            ) from None
+    raise UserError(
+        f"check.gold: {step!r} is neither a template nor a list step; give a template such "
+        "as 'ANSWER: {answer}' or {each: FIELD, say: TEMPLATE}"
+    )
+
+
 def task_answers(
     rows: Sequence[Mapping[str, Any]],
     gold: GoldSource,
@@ -110,10 +134,10 @@ def task_answers(
             wrong = _wrong(last, others)
             if wrong is not None:
                 kinds["wrong_answer"] = [*texts[:-1], wrong]
-        other = next(([s.text for s in g] for g in other_golds if [s.text for s in g] != texts),
+        other = next((g for g in other_golds if g and turns and g[-1].text != turns[-1].text),
                      None)  # fmt: skip
-        if other is not None:
-            kinds["other_task"] = other
+        if other is not None:  # another task's gold whose last turn (its answer) differs
+            kinds["other_task"] = [said.text for said in other]
         for number, templates in enumerate(junk):
             templates = [templates] if isinstance(templates, str) else list(templates)
             where = f"task {row.get('id', '?')}"

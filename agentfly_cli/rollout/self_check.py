@@ -7,6 +7,12 @@ chain, served by the chain's position (so rows keep their own ids, and rows with
 none). A task is **flagged** when its gold answer scores under ``min_gold`` (default: the best
 gold score of the checked tasks, i.e. the reward's maximum seen) or when some junk answer scores
 within ``margin`` of the gold one (default 1e-9: the gold must score strictly more).
+
+The check tests the reward, not the token budget: unless ``keep_limits``, the rollout's token
+limits (``max_tokens_per_turn``, ``max_total_tokens``) are lifted, so that no answer is cut
+under a tokenizer other than the one they were tuned for (``--model tiny`` writes code and
+documents in several times SmolLM2's tokens). ``max_turns`` stays: a gold answer longer than
+the recipe allows is flagged.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from agentfly_cli.settings.run import RunSettings
 
 DEFAULT_MARGIN = 1e-9
 TOLERANCE = 1e-9  # float noise allowed under min_gold
+UNLIMITED_TOKENS = 10**7  # the token limits of a check that lifts them
 
 
 @dataclass
@@ -33,6 +40,7 @@ class TaskCheck:
     gold: float
     junk: dict[str, float] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)  # "gold" or a junk name -> its error
+    gold_finish: str | None = None  # why the gold chain ended (``length``: cut)
     reasons: list[str] = field(default_factory=list)
 
     @property
@@ -57,6 +65,7 @@ class TaskCheck:
             "best_junk_score": best[1] if best else None,
             "junk": dict(self.junk),
             "errors": dict(self.errors),
+            "gold_finish": self.gold_finish,
             "flagged": self.flagged,
             "reasons": list(self.reasons),
         }
@@ -147,12 +156,14 @@ def check_settings(
     min_gold: float | None = None,
     margin: float = DEFAULT_MARGIN,
     out: str | None = None,
+    keep_limits: bool = False,
     tools: list | None = None,
     reward: Any = None,
 ) -> CheckReport:
     """Check ``config``'s reward on its tasks (``config.data``: its split and limit apply).
     ``gold`` and ``junk`` replace and extend the config's ``check`` section; ``out``: write
-    every chain played (JSONL); ``tools``/``reward``: objects, as for ``resolve_run``."""
+    every chain played (JSONL); ``keep_limits``: play under the rollout's token limits;
+    ``tools``/``reward``: objects, as for ``resolve_run``."""
     from agentfly_cli.backends.scripted import ScriptedBackend
     from agentfly_cli.rollout.from_settings import assemble, resolve_run, run_rollout
 
@@ -177,8 +188,11 @@ def check_settings(
     turns = config.rollout.max_turns
     script = [[*said, *[""] * max(0, turns - len(said))] for _, _, said in plays]
     scripted = config.backend.model_copy(update={"name": "scripted", "script": None})
+    rollout = {"n": 1}
+    if not keep_limits:
+        rollout.update(max_tokens_per_turn=UNLIMITED_TOKENS, max_total_tokens=UNLIMITED_TOKENS)
     run_config = config.model_copy(
-        update={"backend": scripted, "rollout": config.rollout.model_copy(update={"n": 1}),
+        update={"backend": scripted, "rollout": config.rollout.model_copy(update=rollout),
                 "out": None}
     )  # fmt: skip
     resolved = resolve_run(
@@ -187,17 +201,17 @@ def check_settings(
     )  # fmt: skip
     run = assemble(resolved, ScriptedBackend(script, resolved.chat))
     result = run_rollout(run, out=out)
-    scores: dict[int, tuple[float, str | None]] = {}
+    chains: dict[int, Any] = {}
     for trajectory in result.trajectories:  # an agent's episode may hold several segments
-        if trajectory.task_index not in scores:
-            value = trajectory.reward
-            scores[trajectory.task_index] = (0.0 if value is None else float(value),
-                                             trajectory.error)  # fmt: skip
+        chains.setdefault(trajectory.task_index, trajectory)
     tasks = [TaskCheck(i, _id(row), 0.0) for i, row in enumerate(rows)]
     for position, (i, name, _) in enumerate(plays):
-        score, error = scores.get(position, (0.0, "the chain was not played"))
+        chain = chains.get(position)
+        score = 0.0 if chain is None or chain.reward is None else float(chain.reward)
+        error = "the chain was not played" if chain is None else chain.error
         if name == "gold":
             tasks[i].gold = score
+            tasks[i].gold_finish = None if chain is None else chain.finish_reason
         else:
             tasks[i].junk[name] = score
         if error:
@@ -216,6 +230,11 @@ def judge(task: TaskCheck, min_gold: float, margin: float) -> None:
     ``margin`` of its gold."""
     if "gold" in task.errors:
         task.reasons.append(f"the gold chain failed: {task.errors['gold'][:160]}")
+    if task.gold_finish == "length":
+        task.reasons.append(
+            "the gold chain was cut by the token limits (rollout.max_tokens_per_turn, "
+            "max_total_tokens): check without --keep-limits, or raise them"
+        )
     if task.gold < min_gold - TOLERANCE:
         task.reasons.append(f"gold scores {task.gold:.4g}, under the min-gold {min_gold:.4g}")
     fooled = [name for name, score in task.junk.items() if score > task.gold - margin]

@@ -20,7 +20,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentfly_cli.backends.base import Generation
+from agentfly_cli.backends.base import Generation, RequestContext
 from agentfly_cli.trajectory import Trajectory
 
 Conversation = list[tuple]
@@ -207,6 +207,14 @@ class Episode:
     requests: int = 0
     busy: int = 0  # requests under way (a busy session never goes idle)
     last_used: float = 0.0  # time.monotonic() of its last request
+
+    def request_context(self, choice: int = 0) -> RequestContext:
+        """What a backend learns of the episode's next request (choice ``choice`` of it): its
+        task (index and id) where an engine opened the episode for one, else task 0 with the
+        session id as the task id (``agentfly serve``); its turn is the request's number."""
+        if self.task_index is None:  # a plain session: no task behind it
+            return RequestContext(0, choice, self.requests, self.group_id, self.id)
+        return RequestContext(self.task_index, choice, self.requests, self.group_id, self.task_id)
 
     def plan(self, chat: Any, messages: list[dict[str, Any]], tools: list | None) -> Plan:
         """The prompt for ``messages``: the longest segment they extend, else a new one."""

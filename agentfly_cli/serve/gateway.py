@@ -302,20 +302,13 @@ class Gateway:
         self, sampling: Sampling, episode: Episode, index: int
     ) -> tuple[SamplingParams, RequestContext]:
         """Choice ``index``'s sampling parameters (its own seed, kept a signed 64-bit
-        integer) and request context: the episode's task (index and id) where an engine
-        opened it for one, else task 0 with the session id as the task id (``agentfly
-        serve``); its turn is the episode's request number."""
+        integer) and request context (:meth:`.Episode.request_context`)."""
         params = sampling.params
         if params.seed is not None and index:
             seed = params.seed + index
             seed = seed - 2**64 if seed > SEED_RANGE[1] else seed  # wraps, as int64 would
             params = SamplingParams(**{**params.__dict__, "seed": seed})
-        if episode.task_index is None:  # a plain session: no task behind it
-            task_index, task_id = 0, episode.id
-        else:
-            task_index, task_id = episode.task_index, episode.task_id
-        context = RequestContext(task_index, index, episode.requests, episode.group_id, task_id)
-        return params, context
+        return params, episode.request_context(index)
 
     async def _sample(
         self, plan: Plan, sampling: Sampling, episode: Episode, index: int
