@@ -8,7 +8,9 @@ import json
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from agentfly_cli.cli.app import build_app
 from agentfly_cli.errors import UserError
 from agentfly_cli.rollout.check_answers import GoldSource, is_function_ref, task_answers
 from agentfly_cli.settings.train import SolutionStep
@@ -78,13 +80,19 @@ def test_a_reward_fooled_by_junk_is_flagged_with_exit_1(tiny_model, rewards, tmp
         assert any("dont_know scores 1" in reason for reason in task["reasons"])
     assert report["junk"]["dont_know"]["fooled"] == 3
     # the human output names the recipe, the flagged tasks and the junk that fooled them
-    human = agentfly(
-        "recipes", "check", "calculator", "--model", tiny_model,
-        "--set", f"reward={rewards}:nonempty", "--set", f"data.path={data}",
+    human = CliRunner().invoke(
+        build_app(),
+        ["recipes", "check", "calculator", "--model", str(tiny_model),
+         "--set", f"reward={rewards}:nonempty", "--set", f"data.path={data}"],
+        env={"COLUMNS": "80"},
     )  # fmt: skip
     assert human.exit_code == 1
     assert "FLAGGED" in human.output and "3 flagged tasks" in human.output
-    assert "q1" in human.output and "exit code 1" in human.output
+    assert "exit code 1" in human.output
+    lines = human.output.splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= 80 and "…" not in human.output
+    for word in ("q1", "q2", "q3", "calculator", "dont_know", "wrong_answer", "blank_answer"):
+        assert any(word in line for line in lines), word  # whole, never cut
 
 
 def test_gold_from_a_function_plays_several_turns(tiny_model, rewards, tmp_path):
