@@ -41,6 +41,7 @@ class TaskCheck:
     junk: dict[str, float] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)  # "gold" or a junk name -> its error
     gold_finish: str | None = None  # why the gold chain ended (``length``: cut)
+    gold_tool_errors: list[str] = field(default_factory=list)  # "kind: observation" of each
     reasons: list[str] = field(default_factory=list)
 
     @property
@@ -66,6 +67,7 @@ class TaskCheck:
             "junk": dict(self.junk),
             "errors": dict(self.errors),
             "gold_finish": self.gold_finish,
+            "gold_tool_errors": list(self.gold_tool_errors),
             "flagged": self.flagged,
             "reasons": list(self.reasons),
         }
@@ -212,6 +214,11 @@ def check_settings(
         if name == "gold":
             tasks[i].gold = score
             tasks[i].gold_finish = None if chain is None else chain.finish_reason
+            tasks[i].gold_tool_errors = [
+                f"{call.error_kind or 'error'}: {' '.join(call.observation.split())[:160]}"
+                for call in (chain.tool_calls if chain is not None else [])
+                if call.status != "ok"
+            ]
         else:
             tasks[i].junk[name] = score
         if error:
@@ -241,6 +248,10 @@ def judge(task: TaskCheck, min_gold: float, margin: float) -> None:
     for name in fooled:
         task.reasons.append(f"{name} scores {task.junk[name]:.4g}, not below the gold's "
                             f"{task.gold:.4g}")  # fmt: skip
+    if task.reasons and task.gold_tool_errors:  # the likely cause first: a tool or env failed
+        count = len(task.gold_tool_errors)
+        task.reasons.insert(0, f"the gold chain met {count} tool error(s), first "
+                               f"{task.gold_tool_errors[0]}")  # fmt: skip
 
 
 def _id(row: Mapping[str, Any]) -> str | None:

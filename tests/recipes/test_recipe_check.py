@@ -118,6 +118,15 @@ def test_gold_under_min_gold_is_flagged(tiny_model):
     assert result.exit_code == 1
     reasons = [r for t in as_json(result)["recipes"][0]["flagged"] for r in t["reasons"]]
     assert reasons and all("under the min-gold 2" in r for r in reasons)
+    # a flagged gold chain whose tools failed says so first (an env that did not start, ...)
+    result = agentfly(
+        "recipes", "check", "calculator", "--model", tiny_model, "--limit", "1", "--json",
+        "--min-gold", "2", "--gold", "CALC: 1/0", "--gold", "ANSWER: {answer}",
+    )  # fmt: skip
+    task = as_json(result)["recipes"][0]["flagged"][0]
+    assert task["gold"] == 1.0 and len(task["gold_tool_errors"]) == 1
+    assert task["reasons"][0].startswith("the gold chain met 1 tool error(s), first ")
+    assert "under the min-gold 2" in task["reasons"][1]
 
 
 def test_an_agent_recipe_is_checked_task_by_task(tiny_model):
