@@ -1,14 +1,22 @@
-"""``agentfly recipes``: list the registered recipes; show one with its data."""
+"""``agentfly recipes``: list the registered recipes; show one with its data; check that their
+rewards tell gold answers from junk."""
 
 from __future__ import annotations
 
 import typer
 
 from agentfly_cli.cli.common import conflict_of, host_with_warnings, provenance_fields
-from agentfly_cli.cli.output import JSON_OPTION, handle_errors, print_json, stdout_console, table
+from agentfly_cli.cli.output import (
+    EXIT_FAILURE,
+    JSON_OPTION,
+    handle_errors,
+    print_json,
+    stdout_console,
+    table,
+)
 
 app = typer.Typer(
-    help="List recipes (YAML training and rollout configurations) and show one.",
+    help="List recipes (YAML training and rollout configurations), show one, check its reward.",
     no_args_is_help=True,
 )
 
@@ -110,3 +118,74 @@ def show_recipe(
         console.print(table("select tasks", ("flag", "values (rows)"), lines))
     run = f"agentfly rollout {name} --limit 4  |  agentfly train {name}"
     console.print(f"run it: {run}")
+
+
+@app.command("check")
+@handle_errors
+def check_recipes(
+    names: list[str] = typer.Argument(..., help="Recipe names or YAML files (one or more)."),
+    model: str = typer.Option(
+        None,
+        "--model",
+        help="The tokenizer and template to render with (default: the "
+        "recipe's; tiny is quick: the scripted backend samples nothing).",
+    ),
+    split: str = typer.Option("all", "--split", help="The tasks to check: train, heldout, all."),
+    limit: int = typer.Option(None, "--limit", min=1, help="Check only the first N tasks."),
+    gold: list[str] = typer.Option(
+        None,
+        "--gold",
+        help="The gold answer, in place of the recipe's check.gold: a response "
+        "template of the row's fields ('ANSWER: {answer}') or module:fn; repeat it for one "
+        "template per turn.",
+    ),
+    junk: list[str] = typer.Option(
+        None, "--junk", help="An extra junk answer (a template; repeatable)."
+    ),
+    min_gold: float = typer.Option(
+        None,
+        "--min-gold",
+        help="The least a gold answer must score (default: the best gold "
+        "score of the checked tasks).",
+    ),
+    margin: float = typer.Option(
+        1e-9, "--margin", help="How much more than every junk answer the gold must score."
+    ),
+    out: str = typer.Option(None, "--out", help="Write every chain played to this JSONL file."),
+    keep_limits: bool = typer.Option(
+        False,
+        "--keep-limits",
+        help="Play under the recipe's token limits (by default they "
+        "are lifted: the check tests the reward, not the token budget).",
+    ),
+    sets: list[str] = typer.Option(None, "--set", help="Override a setting: key=value."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Play each task's gold answer and junk answers (empty, "I don't know", a blank and a
+    wrong answer in the gold's format, another task's gold, the recipe's check.junk) through
+    the recipe's own engine and reward with the scripted backend; flag every task whose gold
+    does not score strictly above every junk answer, or under --min-gold. Exit code 0 when
+    none is flagged, 1 when some are, 2 for bad input."""
+    from agentfly_cli.api.errors import UserError
+    from agentfly_cli.api.recipes import check_recipe
+    from agentfly_cli.cli.check_report import print_check
+
+    if split not in ("train", "heldout", "all"):
+        raise UserError(f"--split {split}: give train, heldout or all")
+    if out and len(names) > 1:
+        raise UserError("--out writes the chains of one recipe: check one recipe at a time")
+    host_with_warnings()
+    reports = []
+    for name in names:
+        report = check_recipe(
+            name, model=model, split=split, limit=limit, gold=gold or None, junk=junk,
+            min_gold=min_gold, margin=margin, out=out, keep_limits=keep_limits, overrides=sets,
+        )  # fmt: skip
+        reports.append(report.to_dict())
+    ok = all(report["ok"] for report in reports)
+    if as_json:
+        print_json({"ok": ok, "recipes": reports})
+    else:
+        print_check(reports)
+    if not ok:
+        raise typer.Exit(EXIT_FAILURE)

@@ -242,15 +242,7 @@ def load_config(
     apply_overrides(data, overrides)
     _holdout_stays_with_its_file(data, recipe_section)
     _later_holdout_wins(data, recipe_section, recipe_eval_holdout)
-    _drop_unread_sections(data)
     return validate_settings(RunSettings, data, source)
-
-
-def _drop_unread_sections(data: dict[str, Any]) -> None:
-    """A recipe's ``check:`` section (gold and junk answers for `agentfly recipes check`) is
-    the recipe's, not the run's: it is dropped here unless the run settings read it."""
-    if "check" in data and "check" not in RunSettings.model_fields:
-        del data["check"]
 
 
 def _holdout_stays_with_its_file(data: dict[str, Any], recipe_data: dict[str, Any]) -> None:

@@ -119,7 +119,10 @@ class AgentEngine:
         self, url: str, task: Mapping[str, Any], index: int, sample: int, batch_id: str, on_finish
     ) -> list[Trajectory]:
         session = f"{batch_id}-{index}-{sample}-{secrets.token_urlsafe(16)}"  # unguessable
-        self.gateway.open_episode(session)  # the only sessions this gateway serves
+        task_id = task.get("id") if isinstance(task, Mapping) else None
+        self.gateway.open_episode(  # the only sessions this gateway serves
+            session, task_index=index, task_id=None if task_id is None else str(task_id)
+        )
         result: Plain = None
         error: str | None = None
         async with self._slots_for_loop():

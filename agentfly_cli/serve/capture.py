@@ -26,7 +26,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentfly_cli.backends.base import Generation
+from agentfly_cli.backends.base import Generation, RequestContext
 from agentfly_cli.trajectory import ToolCallRecord, Trajectory
 
 Conversation = list[tuple]
@@ -202,15 +202,26 @@ class Match:
 
 @dataclass
 class Episode:
-    """One session: its segments, its reward, its group."""
+    """One session: its segments, its reward, its group; ``task_index`` and ``task_id``: the
+    task an agent engine's episode plays (None for a plain ``agentfly serve`` session)."""
 
     id: str
     group_id: str = ""
+    task_index: int | None = None
+    task_id: str | None = None
     segments: list[Segment] = field(default_factory=list)
     reward: float | None = None
     requests: int = 0
     busy: int = 0  # requests under way (a busy session never goes idle)
     last_used: float = 0.0  # time.monotonic() of its last request
+
+    def request_context(self, choice: int = 0) -> RequestContext:
+        """What a backend learns of the episode's next request (choice ``choice`` of it): its
+        task (index and id) where an engine opened the episode for one, else task 0 with the
+        session id as the task id (``agentfly serve``); its turn is the request's number."""
+        if self.task_index is None:  # a plain session: no task behind it
+            return RequestContext(0, choice, self.requests, self.group_id, self.id)
+        return RequestContext(self.task_index, choice, self.requests, self.group_id, self.task_id)
 
     def plan(self, chat: Any, messages: list[dict[str, Any]], tools: list | None) -> Plan:
         """The prompt for ``messages``: the longest segment they extend, else a new one."""

@@ -104,9 +104,13 @@ class Gateway:
         """The session's episode, opened on first use where sessions open on request."""
         return self.sessions.get(session)
 
-    def open_episode(self, session: str) -> Episode:
-        """Open ``session`` (the agent engine's, before its agent runs)."""
-        return self.sessions.open(session)
+    def open_episode(
+        self, session: str, *, task_index: int | None = None, task_id: str | None = None
+    ) -> Episode:
+        """Open ``session`` (the agent engine's, before its agent runs) for the task of index
+        ``task_index`` and id ``task_id`` (the row's ``"id"``): its requests reach the backend
+        as that task's (the scripted backend replays that task's line)."""
+        return self.sessions.open(session, task_index=task_index, task_id=task_id)
 
     def close_episode(
         self, session: str, reward: float | None = None, *, checked: bool = False, why: str = ""
@@ -298,13 +302,13 @@ class Gateway:
         self, sampling: Sampling, episode: Episode, index: int
     ) -> tuple[SamplingParams, RequestContext]:
         """Choice ``index``'s sampling parameters (its own seed, kept a signed 64-bit
-        integer) and request context."""
+        integer) and request context (:meth:`.Episode.request_context`)."""
         params = sampling.params
         if params.seed is not None and index:
             seed = params.seed + index
             seed = seed - 2**64 if seed > SEED_RANGE[1] else seed  # wraps, as int64 would
             params = SamplingParams(**{**params.__dict__, "seed": seed})
-        return params, RequestContext(0, index, episode.requests, episode.group_id, episode.id)
+        return params, episode.request_context(index)
 
     async def _sample(
         self, plan: Plan, sampling: Sampling, episode: Episode, index: int

@@ -41,8 +41,11 @@ class Sessions:
             episode = self.open(session)
         return episode
 
-    def open(self, session: str) -> Episode:
-        """Open ``session`` (refused beyond ``limits.max_sessions``)."""
+    def open(
+        self, session: str, *, task_index: int | None = None, task_id: str | None = None
+    ) -> Episode:
+        """Open ``session`` (refused beyond ``limits.max_sessions``), playing the task
+        ``task_index`` (of id ``task_id``) when an engine gives one."""
         check_session_id(session)
         bound = self.limits.max_sessions
         if bound is not None and len(self.episodes) >= bound:
@@ -52,7 +55,8 @@ class Sessions:
                     f"{len(self.episodes)} sessions are open, the most this gateway keeps "
                     "(agentfly serve --max-sessions); end some with /sessions/ID/end"
                 )
-        episode = self.episodes[session] = Episode(session, group_id=session)
+        episode = Episode(session, group_id=session, task_index=task_index, task_id=task_id)
+        self.episodes[session] = episode
         episode.last_used = time.monotonic()
         return episode
 

@@ -1,7 +1,8 @@
 """A run's settings (:class:`RunSettings`): from a recipe, a YAML file, and ``--set`` overrides.
 
 Its sections: ``data``, ``chat``, ``reward`` here; ``backend`` and ``rollout``
-(:mod:`.rollout`), ``trainer`` (:mod:`.train`), ``envs`` (:mod:`.envs`). Loading one from YAML
+(:mod:`.rollout`), ``trainer`` (:mod:`.train`), ``envs`` (:mod:`.envs`), ``agent``
+(:mod:`.agent`), ``check`` (:mod:`.check`). Loading one from YAML
 and ``--set`` overrides is :func:`agentfly_cli.recipes.loader.load_config`.
 """
 
@@ -13,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from agentfly_cli.settings.agent import AgentSettings
 from agentfly_cli.settings.chat import ObservationSettings
+from agentfly_cli.settings.check import CheckSettings
 from agentfly_cli.settings.deprecated import deprecated
 from agentfly_cli.settings.envs import EnvPoolSettings
 from agentfly_cli.settings.rollout import BackendSettings, RolloutSettings
@@ -146,6 +148,11 @@ class RunSettings(BaseModel):
         None,
         description="an agent program run through the gateway instead of the turn loop (its "
         "tools are its own); a file.py:fn string also works",
+    )
+    check: CheckSettings | None = Field(
+        None,
+        description="the recipe's self-check: gold and junk answers that `agentfly recipes "
+        "check` plays through its reward",
     )
 
     @model_validator(mode="before")

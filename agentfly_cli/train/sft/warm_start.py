@@ -16,14 +16,14 @@ from __future__ import annotations
 import json
 import logging
 import os
-import string
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from agentfly_cli.errors import UserError
-from agentfly_cli.settings.train import SolutionStep, WarmStartSettings
+from agentfly_cli.rollout.solutions import solution_responses
+from agentfly_cli.settings.train import WarmStartSettings
 
 FOLDER = "warm_start"
 SCRIPT_FILE = "solutions.jsonl"
@@ -32,42 +32,6 @@ CHAINS_FILE = "chains.jsonl"
 SUMMARY_FILE = "warm_start.json"
 
 log = logging.getLogger(__name__)
-
-
-def _fill(template: str, fields: Mapping[str, Any], where: str) -> str:
-    names = {name for _, name, _, _ in string.Formatter().parse(template) if name}
-    missing = sorted(names - set(fields))
-    if missing:
-        raise UserError(
-            f"trainer.warm_start.responses: {where} has no field {missing[0]!r} for "
-            f"{template!r}; name a field the data rows have, or train without the warm start "
-            "(--no-warm-start)"
-        )
-    return template.format_map(dict(fields))
-
-
-def solution_responses(row: Mapping[str, Any], steps: Sequence[str | SolutionStep]) -> list[str]:
-    """The assistant turns that play ``row``'s packaged solution."""
-    where = f"task {row.get('id', '?')}"
-    turns: list[str] = []
-    for step in steps:
-        if isinstance(step, str):
-            turns.append(_fill(step, row, where))
-            continue
-        items = row.get(step.each)
-        if not isinstance(items, list):
-            raise UserError(
-                f"trainer.warm_start.responses: {where} has no list field {step.each!r}; "
-                "name the field that holds the solution's steps, or train without the warm "
-                "start (--no-warm-start)"
-            )
-        taken = items[:: step.every]
-        for index, item in enumerate(taken):
-            fields = {"item": item, **(dict(item) if isinstance(item, Mapping) else {})}
-            said = step.last if step.last is not None and index == len(taken) - 1 else step.say
-            for template in [said] if isinstance(said, str) else said:
-                turns.append(_fill(template, fields, where))
-    return turns
 
 
 def solution_script(rows: Sequence[Mapping[str, Any]], settings: WarmStartSettings) -> list[dict]:
