@@ -88,5 +88,11 @@ def build(param: str | None, options: Mapping[str, Any]) -> dict[str, Any]:
             "enabled": False,
             "responses": [{"each": "solution", "say": "MOVE: {item}"}],
         }
-        settings["check"] = {"gold": "bridges_builtin.textarena_tasks:gold_responses"}
+        settings["check"] = {
+            "gold": "bridges_builtin.textarena_tasks:gold_responses",
+            # two invalid moves end a game (textarena forgives one)
+            "junk": [["MOVE: [0]", "MOVE: [0]"]],
+            # another game's winning moves can win this one too (bisections share prefixes)
+            "skip_junk": ["other_task"],
+        }
     return settings

@@ -116,8 +116,10 @@ def task_answers(
     rows: Sequence[Mapping[str, Any]],
     gold: GoldSource,
     junk: Sequence[str | Sequence[str]] = (),
+    skip: Sequence[str] = (),
 ) -> list[Answers]:
-    """Each row's gold and junk answers (the next row is row ``i + 1``, wrapping round)."""
+    """Each row's gold and junk answers (the next row is row ``i + 1``, wrapping round);
+    ``skip``: built-in junk kinds left out (``check.skip_junk``)."""
     golds = [gold.turns(row) for row in rows]
     out = []
     for index, row in enumerate(rows):
@@ -142,7 +144,8 @@ def task_answers(
             templates = [templates] if isinstance(templates, str) else list(templates)
             where = f"task {row.get('id', '?')}"
             kinds[f"junk[{number}]"] = [fill(t, row, where, JUNK_NAMES) for t in templates]
-        out.append(Answers(texts, {name: said for name, said in kinds.items() if said != texts}))
+        kept = {name: said for name, said in kinds.items() if said != texts and name not in skip}
+        out.append(Answers(texts, kept))
     return out
 
 

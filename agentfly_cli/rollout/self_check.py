@@ -137,12 +137,12 @@ class CheckReport:
 def check_rows(config: RunSettings) -> tuple[list[dict[str, Any]], str]:
     """The task rows the check reads: ``config.data``'s side of its file (split and limit
     set), and the file's name."""
-    from agentfly_cli.rollout.tasks import data_side, read_tasks
+    from agentfly_cli.rollout.tasks import RowRules, data_side, read_tasks
 
     if not config.data.path:
         raise UserError(f"recipe {config.name!r} has no data to check; set data.path")
     path = str(config.data.path)
-    rows = data_side(read_tasks(path), config.data, path)
+    rows = data_side(read_tasks(path, RowRules.of(config)), config.data, path)
     if not rows:
         raise UserError(f"{path}: no task to check in split {config.data.split}; pick another "
                         "--split or loosen data.where")  # fmt: skip
@@ -184,7 +184,8 @@ def check_settings(
         raise UserError(f"recipe {config.name!r} has no reward to check; set reward")
     rows, path = check_rows(config)
     extra = [*(section.junk if section is not None else []), *(junk or [])]
-    answers = task_answers(rows, GoldSource(gold), extra)
+    skip = section.skip_junk if section is not None else []
+    answers = task_answers(rows, GoldSource(gold), extra, skip)
     plays = [(i, "gold", a.gold) for i, a in enumerate(answers)]
     plays += [(i, name, said) for i, a in enumerate(answers) for name, said in a.junk.items()]
     turns = config.rollout.max_turns

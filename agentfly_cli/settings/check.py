@@ -3,6 +3,8 @@ answer, and junk answers that the gold one must beat."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentfly_cli.settings.train import SolutionStep
@@ -25,4 +27,12 @@ class CheckSettings(BaseModel):
         description="extra junk answers, each a response template of the row's fields or a "
         "list of them (turns); played besides the built-in junk (an empty reply, \"I don't "
         "know\", an empty and a wrong answer in the gold's format, another task's gold)",
+    )
+    skip_junk: list[Literal["empty", "dont_know", "blank_answer", "wrong_answer", "other_task"]] = (
+        Field(
+            default_factory=list,
+            description="built-in junk answers that are not junk for this recipe, left out: "
+            "e.g. wrong_answer for code, where a program with one number changed may still "
+            "be right",
+        )
     )

@@ -135,3 +135,9 @@ def test_train_takes_rl_steps(tiny_model, tmp_path):
     assert result.exit_code == 0, result.output
     lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [line["step"] for line in lines] == [1, 2]
+
+
+def test_recipes_check_passes_on_two_categories():
+    for category in ("simple_python", "parallel"):
+        result = agentfly("recipes", "check", f"bfcl:{category}", "--model", "tiny", "--limit", "8")
+        assert result.exit_code == 0, result.output

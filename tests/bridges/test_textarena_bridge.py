@@ -37,7 +37,7 @@ def test_a_game_is_a_recipe_whose_env_speaks_first():
     assert config.rollout.opening_env == "textarena" and config.tools == ["textarena_move"]
     assert [c.name for c in config.reward] == ["env_reward"]
     assert config.rollout.max_turns == 10  # the game's own turn limit
-    assert config.data.holdout == 0.1 and config.check is not None
+    assert config.data.holdout == 0.1 and config.check.skip_junk == ["other_task"]
     again = rows_of(load_config(RECIPE, ["textarena.size=20", "textarena.seed=5"]))
     assert [r["seed"] for r in again] == list(range(5, 25))
 
@@ -107,3 +107,17 @@ def test_train_takes_rl_steps_on_the_games(tiny_model, tmp_path):
     lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [line["step"] for line in lines] == [1, 2]
     assert all(0.0 <= line["reward/mean"] <= 1.0 for line in lines)
+
+
+def test_recipes_check_tells_the_winning_moves_from_junk(tmp_path):
+    result = agentfly("recipes", "check", RECIPE, "--model", "tiny", "--limit", "6", *SMALL)
+    assert result.exit_code == 0, result.output
+    # another game's winning moves win game s1 too (bisection prefixes): not junk, so the
+    # recipe leaves that built-in junk out; played anyway, the check flags it
+    played = agentfly(
+        "recipes", "check", RECIPE, "--model", "tiny", "--limit", "6", "--json", *SMALL,
+        "--set", "check.skip_junk=[]",
+    )  # fmt: skip
+    assert played.exit_code == 1, played.output
+    flagged = json.loads(played.stdout)
+    assert "GuessTheNumber-v0-s1" in json.dumps(flagged)
