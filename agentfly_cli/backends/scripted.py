@@ -3,9 +3,12 @@
 Line i of the script is ``{"responses": ["...", "..."]}``: the assistant turns that every chain
 of task i replays in order. A line with an ``"id"`` serves the task row of that id instead,
 wherever the row is in the run's tasks (a recipe's held-out split, ``--where`` and ``--limit``
-change which rows a run reads, not which solution each row gets). Each response is encoded as
-if sampled, ending with the end-of-turn token that the chat template expects. It serves tests,
-debugging of parsers and templates, and demos. It has no model, so it returns no logprobs.
+change which rows a run reads, not which solution each row gets). With ``--agent`` each
+episode's requests come with its task's index and id (the gateway's
+:meth:`~agentfly_cli.serve.capture.Episode.request_context`), the k-th request of an episode
+being turn k. Each response is encoded as if sampled, ending with the end-of-turn token that the
+chat template expects. It serves tests, debugging of parsers and templates, demos and
+``agentfly recipes check``. It has no model, so it returns no logprobs.
 """
 
 from __future__ import annotations
