@@ -13,10 +13,11 @@ from agentfly_cli.recipes.families import tasks_file, write_tasks
 from bridges_builtin import rg_tasks
 from bridges_builtin.library import version
 
-SYSTEM = "Solve the task. Then write your final answer on one line: ANSWER: <answer>"
+# one line: a newline ends the turn (rollout.stop), so reasoning on a line of its own would
+# end it without an answer
+SYSTEM = "Answer with one line: ANSWER: <your answer>"
 SYSTEM_MULTILINE = (
-    "Solve the task. Then write ANSWER: and your final answer, which may span several lines, "
-    "and nothing after it."
+    "Answer with ANSWER: and your answer, which may span several lines, and nothing after it."
 )
 GOLD = "ANSWER: {answer}"
 #: answers a verifier must score below the gold answer (the self-check's junk)

@@ -208,11 +208,29 @@ def rows(sources: list[Source], options: Options) -> Iterator[dict[str, Any]]:
         for level, n in _plan(source, count, options, config):
             seed = seed_of(options.seed, source.name, 0 if level is None else level)
             built = dataset(source.name, level, seed, n, config)
-            made += [_row(source.name, level, seed, n, i, config, built[i]) for i in range(n)]
+            made += [_row(source.name, level, seed, n, i, config, _generate(built, i, level))
+                     for i in range(n)]  # fmt: skip
         multiline = any("\n" in (row["answer"] or "") for row in made)
         for row in made:  # the answer runs to the end of the reply, or to the end of its line
             row["rg"]["multiline"] = multiline
             yield row
+
+
+def _generate(built: Any, index: int, level: int | None) -> dict[str, Any]:
+    """Entry ``index`` of a generator, or one ``UserError`` line when the library fails."""
+    try:
+        return built[index]
+    except Exception as exc:
+        name = built.__class__.__name__
+        fix = (
+            f"use fewer levels: --set reasoning_gym.levels={level}"
+            if level
+            else "change its settings (--set reasoning_gym.config=...) or the seed"
+        )
+        raise UserError(
+            f"reasoning-gym's {name} failed to make task {index} at level {level or 0} "
+            f"({type(exc).__name__}: {str(exc)[:120]}); {fix}"
+        ) from None
 
 
 def _row(name, level, seed, size, index, config, entry) -> dict[str, Any]:

@@ -26,11 +26,12 @@ def recipe_label(entry: Entry) -> str:
     return family.spelled(entry.name) if family is not None else entry.name
 
 
-def load_recipe(name: str) -> RunSettings:
-    """Recipe ``name`` (or a YAML file) as a validated run config; errors are UserErrors."""
+def load_recipe(name: str, overrides: Sequence[str] = ()) -> RunSettings:
+    """Recipe ``name`` (or a YAML file), then ``--set`` ``overrides``, as validated settings;
+    errors are UserErrors."""
     from agentfly_cli.recipes.loader import load_config
 
-    return load_config(name)
+    return load_config(name, list(overrides))
 
 
 def recipe_tasks(config: RunSettings) -> list[dict[str, Any]]:

@@ -54,6 +54,11 @@ def show_recipe(
     name: str = typer.Argument(
         ..., help="A recipe name, or NAME:PARAM of a family (see `agentfly recipes list`)."
     ),
+    sets: list[str] | None = typer.Option(
+        None,
+        "--set",
+        help="Override a setting, or give a recipe family's option: --set reasoning_gym.size=100",
+    ),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Show a recipe: its model, tools, reward, settings, and its data (rows, fields, and the
@@ -63,7 +68,7 @@ def show_recipe(
     host = host_with_warnings()
     entry = recipe_entry(name, host)
     family = entry.obj.family
-    config = load_recipe(name)
+    config = load_recipe(name, sets or ())
     path = config.data.path
     rows = recipe_tasks(config)
     fields = list(dict.fromkeys(k for row in rows for k in row))
