@@ -23,6 +23,7 @@ SYSTEM = (
 ASK = "Complete this Python function:\n\n```python\n{prompt}```"
 GOLD = "```python\n{prompt}{canonical_solution}```"
 JUNK = ["```python\nraise NotImplementedError\n```", "I do not know."]
+WRONG_BODY = "```python\n{prompt}    return None\n```"
 
 
 def problems_file() -> str:
@@ -86,5 +87,7 @@ def build(param: str | None, options: Mapping[str, Any]) -> dict[str, Any]:
             # `--warm-start`: fine-tune on the canonical solutions of the training problems first
             "warm_start": {"responses": [GOLD], "limit": 64},
         },
-        "check": {"gold": GOLD, "junk": list(JUNK)},
+        # a program with one number changed (the built-in wrong_answer) is often still right:
+        # not junk here; a body that returns None is
+        "check": {"gold": GOLD, "junk": [*JUNK, WRONG_BODY], "skip_junk": ["wrong_answer"]},
     }
