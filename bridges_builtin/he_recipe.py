@@ -86,5 +86,6 @@ def build(param: str | None, options: Mapping[str, Any]) -> dict[str, Any]:
             # `--warm-start`: fine-tune on the canonical solutions of the training problems first
             "warm_start": {"responses": [GOLD], "limit": 64},
         },
-        "check": {"gold": GOLD, "junk": list(JUNK)},
+        # a program with one number changed (the built-in wrong_answer) often still passes
+        "check": {"gold": GOLD, "junk": list(JUNK), "skip_junk": ["wrong_answer"]},
     }
