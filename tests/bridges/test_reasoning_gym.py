@@ -107,7 +107,12 @@ def test_a_weighted_mix_and_options():
             [],
             "reasoning_gym:chain_sum+chain_sum: chain_sum is named twice",
         ),
-        ("reasoning_gym", [], "recipe 'reasoning_gym' needs a parameter: reasoning_gym:NAME"),
+        (
+            "reasoning_gym",
+            [],
+            "recipe 'reasoning_gym' needs a parameter: reasoning_gym:NAME, e.g. "
+            "reasoning_gym:chain_sum",
+        ),
         (RECIPE, ["reasoning_gym.size=0"], "--set reasoning_gym.size must be at least 1"),
         (RECIPE, ["reasoning_gym.seed=x"], "--set reasoning_gym.seed: expected a whole number"),
         (RECIPE, ["reasoning_gym.sizes=3"], "--set reasoning_gym.sizes: unknown option"),
