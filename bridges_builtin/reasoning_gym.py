@@ -36,7 +36,7 @@ def build(param: str | None, options: Any) -> dict[str, Any]:
 def register_recipes(register):
     register(
         "reasoning_gym",
-        RecipeFamily(build=build, param="NAME", options=OPTIONS),
+        RecipeFamily(build=build, param="NAME", options=OPTIONS, example="chain_sum"),
         "any reasoning-gym generator (chain_sum, ...) or mix (NAME=3+NAME), ANSWER: lines, "
         "scored by the generator; needs pip install 'agentfly-cli[reasoning-gym]'",
     )

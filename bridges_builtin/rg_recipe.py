@@ -13,11 +13,12 @@ from agentfly_cli.recipes.families import tasks_file, write_tasks
 from bridges_builtin import rg_tasks
 from bridges_builtin.library import version
 
-# one line: a newline ends the turn (rollout.stop), so reasoning on a line of its own would
-# end it without an answer
-SYSTEM = "Answer with one line: ANSWER: <your answer>"
+# SmolLM2-135M on chain_sum's 50 held-out tasks x 4: this prompt 188 of 200 replies with an
+# ANSWER: line (mean reward 0.055); "Answer with one line: ANSWER: <your answer>" 157 (0.045)
+SYSTEM = "Solve the task. Then write your final answer on one line: ANSWER: <answer>"
 SYSTEM_MULTILINE = (
-    "Answer with ANSWER: and your answer, which may span several lines, and nothing after it."
+    "Solve the task. Then write ANSWER: and your final answer, which may span several lines, "
+    "and nothing after it."
 )
 GOLD = "ANSWER: {answer}"
 #: answers a verifier must score below the gold answer (the self-check's junk)

@@ -107,10 +107,14 @@ def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> 
     commands choose their columns so that the longest words fit 80 columns (tests check it).
     """
     result = Table(title=title, title_justify="left", header_style="bold", expand=False)
-    for column in columns:
-        result.add_column(column, overflow="fold")
-    for row in rows:
-        result.add_row(*(escape(printable("" if cell is None else str(cell))) for cell in row))
+    cells = [[printable("" if cell is None else str(cell)) for cell in row] for row in rows]
+    for index, column in enumerate(columns):
+        # the column's longest word: Rich narrows the widest columns first, and would otherwise
+        # fold a long name in a column it narrowed to the others' width
+        words = [len(word) for row in cells if index < len(row) for word in row[index].split()]
+        result.add_column(column, overflow="fold", min_width=max(words, default=None))
+    for row in cells:
+        result.add_row(*(escape(cell) for cell in row))
     return result
 
 

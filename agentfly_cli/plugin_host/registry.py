@@ -73,6 +73,8 @@ class RecipeFamily:
     param: str | None = "PARAM"
     #: each option ``--set NAME.KEY=VALUE`` accepts, with one line on what it does
     options: Mapping[str, str] = field(default_factory=dict)
+    #: a parameter that works (``chain_sum``): error lines and tests use it
+    example: str | None = None
 
     def spelled(self, name: str) -> str:
         """How a listing names the family's recipes: ``name:PARAM``, or ``name``."""

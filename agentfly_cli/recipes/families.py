@@ -49,9 +49,10 @@ def find_recipe(spec: str, host: Any) -> tuple[Entry, str | None]:
         )
     if family is not None:
         if family.param and not param:
+            example = f", e.g. {name}:{family.example}" if family.example else ""
             raise UserError(
-                f"recipe '{name}' needs a parameter: {family.spelled(name)} (see `agentfly "
-                f"recipes show {name}`)"
+                f"recipe '{name}' needs a parameter: {family.spelled(name)}{example} (see "
+                "`agentfly recipes list`)"
             )
         if not family.param and param is not None:
             raise UserError(f"recipe '{name}' takes no parameter; run it as `{name}`")

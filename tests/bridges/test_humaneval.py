@@ -177,3 +177,12 @@ def test_train_warm_starts_on_the_canonical_solutions_then_takes_rl_steps(tiny_m
     lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [line["step"] for line in lines] == [1]
     assert lines[0]["reward/mean"] == 0.0  # the random tiny model passes no test
+
+
+def test_recipes_check_passes(tmp_path):
+    """Gold (the canonical solution) passes and every junk answer fails, in the sandbox."""
+    result = agentfly(
+        "recipes", "check", "humaneval", "--model", "tiny", "--limit", "6", "--json",
+        *REWARD_FLAGS,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output

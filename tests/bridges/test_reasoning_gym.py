@@ -107,7 +107,12 @@ def test_a_weighted_mix_and_options():
             [],
             "reasoning_gym:chain_sum+chain_sum: chain_sum is named twice",
         ),
-        ("reasoning_gym", [], "recipe 'reasoning_gym' needs a parameter: reasoning_gym:NAME"),
+        (
+            "reasoning_gym",
+            [],
+            "recipe 'reasoning_gym' needs a parameter: reasoning_gym:NAME, e.g. "
+            "reasoning_gym:chain_sum",
+        ),
         (RECIPE, ["reasoning_gym.size=0"], "--set reasoning_gym.size must be at least 1"),
         (RECIPE, ["reasoning_gym.seed=x"], "--set reasoning_gym.seed: expected a whole number"),
         (RECIPE, ["reasoning_gym.sizes=3"], "--set reasoning_gym.sizes: unknown option"),
@@ -242,3 +247,19 @@ def test_train_warm_starts_on_gold_then_takes_rl_steps(tiny_model, tmp_path):
     assert [line["step"] for line in lines] == [1, 2]
     assert all(0.0 <= line["reward/mean"] <= 1.0 for line in lines)
     assert all(line["curriculum/level"] == 0 for line in lines)  # the random model stays put
+
+
+def test_recipes_check_flags_the_broken_verifier():
+    """`agentfly recipes check` plays gold and junk through the engine: chain_sum passes,
+    game_of_life_halting (every non-empty answer scores 1.0) is flagged, exit code 1."""
+    good = agentfly("recipes", "check", RECIPE, "--model", "tiny", "--limit", "12", "--json")
+    assert good.exit_code == 0, good.output
+    broken = agentfly(
+        "recipes", "check", "reasoning_gym:game_of_life_halting", "--model", "tiny",
+        "--limit", "12", "--json",
+    )  # fmt: skip
+    assert broken.exit_code == 1, broken.output
+    (report,) = json.loads(broken.stdout)["recipes"]
+    assert report["flagged_count"] == 12 and report["junk"]["junk[0]"]["fooled"] == 12
+    (report,) = json.loads(good.stdout)["recipes"]
+    assert report["flagged_count"] == 0 and report["gold"]["min"] == 1.0

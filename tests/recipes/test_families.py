@@ -36,7 +36,8 @@ def build(param, options):
 
 @hookimpl
 def register_recipes(register):
-    register("ops", RecipeFamily(build=build, param="OP", options={"size": "rows"}), "arith ops")
+    register("ops", RecipeFamily(build=build, param="OP", options={"size": "rows"},
+                                 example="add"), "arith ops")
     register("plain_ops", RecipeFamily(build=lambda p, o: build("add", o), param=None), "add")
 """
 
@@ -85,7 +86,7 @@ def test_options_come_from_set_and_tasks_are_written_once(host):
 @pytest.mark.parametrize(
     ("spec", "overrides", "message"),
     [
-        ("ops", [], "recipe 'ops' needs a parameter: ops:OP"),
+        ("ops", [], "recipe 'ops' needs a parameter: ops:OP, e.g. ops:add"),
         ("ops:mul", [], "unknown op 'mul'; ops: add, sub"),
         ("ops:add", ["ops.sizes=2"], "--set ops.sizes: unknown option of ops; options: size"),
         ("plain:x", [], "recipe 'plain' takes no parameter"),
