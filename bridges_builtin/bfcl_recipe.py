@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from agentfly_cli.recipes.families import tasks_file, write_tasks
 from bridges_builtin.bfcl_data import AST_CATEGORIES, category_rows, data_folder
+from bridges_builtin.library import version
 
 SYSTEM_PROMPT = (
     "You are an expert in composing functions. Given a question and a set of possible "
@@ -20,11 +20,7 @@ def build(param: str | None, options: Mapping[str, Any]) -> dict[str, Any]:
     """The settings of ``bfcl:<param>``, after writing the category's rows to the cache."""
     data_folder()  # one line naming the install command when bfcl-eval is absent
     rows = category_rows(str(param))  # one line naming the categories for an unknown one
-    try:
-        bfcl_version = version("bfcl-eval")
-    except PackageNotFoundError:  # pragma: no cover - found by data_folder above
-        bfcl_version = "unknown"
-    key = {"category": param, "bfcl-eval": bfcl_version}
+    key = {"category": param, "bfcl-eval": version("bfcl-eval")}
     path = write_tasks(tasks_file("bfcl", str(param), key), lambda: rows)
     return {
         "name": f"bfcl:{param}",

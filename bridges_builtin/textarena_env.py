@@ -26,8 +26,8 @@ from typing import Any
 from agentfly_cli.components.tools import ToolResult, tool
 from agentfly_cli.envs.base import BaseEnv, EnvSpec
 from agentfly_cli.errors import UserError
+from bridges_builtin.library import require
 
-INSTALL = "pip install 'agentfly-cli[textarena]'"
 #: textarena's single-player game families, by module name (its registry says "[1 Player]");
 #: of their 72 ids, 57 start offline here: the word games need NLTK data that textarena
 #: downloads, GuessWho and TwentyQuestions an LLM API, Klondike Python 3.12
@@ -43,11 +43,7 @@ _random_lock = threading.Lock()
 
 def import_textarena() -> Any:
     """The ``textarena`` module, or one UserError line with the install command."""
-    try:
-        import textarena
-    except ImportError:
-        raise UserError(f"the textarena bridge needs the textarena package: {INSTALL}") from None
-    return textarena
+    return require("textarena", "textarena", "textarena")
 
 
 def game_family(game_id: str) -> str | None:

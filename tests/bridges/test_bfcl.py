@@ -23,12 +23,6 @@ from tests.helpers.paths import REPO_ROOT  # noqa: E402
 from tests.helpers.recipe_checks import agentfly, write_jsonl  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("AGENTFLY_CACHE", str(tmp_path / "cache"))
-    return tmp_path / "cache"
-
-
 def calls_of(calls: list[dict]) -> dict:
     return {"tool_calls": [{"turn": 0, **call} for call in calls]}
 

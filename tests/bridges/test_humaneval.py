@@ -27,11 +27,6 @@ REWARD = HumanEvalPass({"sandbox": SANDBOX, "wall_seconds": 3, "cpu_seconds": 3}
 REWARD_FLAGS = ("--set", f"reward=[{{name: humaneval_pass, options: {{sandbox: {SANDBOX}}}}}]")
 
 
-@pytest.fixture(autouse=True)
-def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("AGENTFLY_CACHE", str(tmp_path / "cache"))
-
-
 @pytest.fixture(scope="module")
 def rows():
     from bridges_builtin.he_recipe import problems_file

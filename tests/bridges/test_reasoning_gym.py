@@ -25,12 +25,6 @@ SMALL = ["--set", "reasoning_gym.size=24"]
 RECIPE = "reasoning_gym:chain_sum"
 
 
-@pytest.fixture(autouse=True)
-def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("AGENTFLY_CACHE", str(tmp_path / "cache"))
-    return tmp_path / "cache"
-
-
 def rows_of(config) -> list[dict]:
     return [json.loads(line) for line in open(config.data.path)]
 

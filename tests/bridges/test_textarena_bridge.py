@@ -19,12 +19,6 @@ RECIPE = "textarena:GuessTheNumber-v0"
 SMALL = ["--set", "textarena.size=20"]
 
 
-@pytest.fixture(autouse=True)
-def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("AGENTFLY_CACHE", str(tmp_path / "cache"))
-    return tmp_path / "cache"
-
-
 def rows_of(config) -> list[dict]:
     return [json.loads(line) for line in open(config.data.path)]
 
