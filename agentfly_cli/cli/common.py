@@ -8,7 +8,8 @@ from agentfly_cli.api.components import (
     get_plugin_host,
     provenance_fields,
 )
-from agentfly_cli.cli.output import print_json, stdout_console, table, warn
+from agentfly_cli.cli.fitted_table import print_fitted
+from agentfly_cli.cli.output import print_json, stdout_console, warn
 
 __all__ = ["conflict_of", "host_with_warnings", "print_listing", "provenance_fields"]
 
@@ -52,4 +53,4 @@ def print_listing(kind: str, as_json: bool) -> None:
         )
         for item in items
     ]
-    stdout_console().print(table(f"{len(items)} {kind}", ("name", "description", "plugin"), rows))
+    print_fitted(stdout_console(), f"{len(items)} {kind}", ("name", "description", "plugin"), rows)

@@ -16,9 +16,9 @@ from typing import Any
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from agentfly_cli.api.errors import UserError, debug_enabled, printable
+from agentfly_cli.cli.word_safe_table import WordSafeTable
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -99,23 +99,16 @@ def handle_errors(command: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> Table:
-    """A Rich table; cells are escaped so that user text never becomes markup or control codes.
+def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> WordSafeTable:
+    """A table whose cells are escaped, so that user text never becomes markup or control codes.
 
     Every column wraps at spaces when the terminal is narrow (a header such as "reward mean"
-    too), so a word is never cut. Names, numbers and flags hold no spaces and stay whole; the
-    commands choose their columns so that the longest words fit 80 columns (tests check it).
+    too), and never below its longest word, so a word is never cut. Names, numbers and flags hold
+    no spaces and stay whole; the commands choose their columns so that the longest words fit 80
+    columns (tests check it).
     """
-    result = Table(title=title, title_justify="left", header_style="bold", expand=False)
     cells = [[printable("" if cell is None else str(cell)) for cell in row] for row in rows]
-    for index, column in enumerate(columns):
-        # the column's longest word: Rich narrows the widest columns first, and would otherwise
-        # fold a long name in a column it narrowed to the others' width
-        words = [len(word) for row in cells if index < len(row) for word in row[index].split()]
-        result.add_column(column, overflow="fold", min_width=max(words, default=None))
-    for row in cells:
-        result.add_row(*(escape(cell) for cell in row))
-    return result
+    return WordSafeTable(title, columns, cells)
 
 
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")

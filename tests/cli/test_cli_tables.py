@@ -129,3 +129,27 @@ def test_view_summary_fits_80_columns(scripted, tmp_path):
     shown = agentfly("view", tmp_path / "out.jsonl", "--index", "3")
     header = shown.split("trained =")[0]
     assert_fits(header, [chain.finish_reason, chain.group_id, len(chain.ids), chain.prediction])
+
+
+def test_a_table_whose_words_fit_is_narrowed_without_cropping_a_column():
+    """Rich alone narrows the widest column, re-widens it to its min_width and crops the last
+    column (``builtin_parsers (CON``); every word must still come out whole within 80."""
+    from rich.console import Console
+
+    from agentfly_cli.cli.output import table
+
+    rows = [
+        (
+            "qwen3_coder",
+            "Qwen3-Coder: <tool_call><function=NAME><parameter=KEY>",
+            "builtin_parsers",
+        ),
+        (
+            "hermes",
+            "Hermes / Qwen: <tool_call>{JSON}</tool_call> and more words",
+            "builtin_parsers (CONFLICT)",
+        ),
+    ]
+    console = Console(width=WIDTH, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
+    console.print(table("parsers", ("name", "description", "plugin"), rows))
+    assert_fits(console.export_text(), [cell for row in rows for cell in row])
