@@ -33,7 +33,9 @@ class WordSafeTable:
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         shortest, longest = self._column_ranges()
         room = options.max_width - (len(self.columns) + 1) - CELL_PADDING * len(self.columns)
-        if sum(longest) <= room:
+        if sum(longest) <= room or sum(shortest) > room:
+            # it fits as it is, or some word cannot fit whatever the widths: Rich's own layout
+            # (the caller shows records instead where a value must stay whole: fitted_table.py)
             yield self._build()
             return
         yield self._build(narrowed(longest, shortest, room))
@@ -62,7 +64,7 @@ class WordSafeTable:
 
 def narrowed(longest: Sequence[int], shortest: Sequence[int], room: int) -> list[int]:
     """Column widths summing to at most ``room``: the widest column gives first, none below
-    its ``shortest``. If even the shortest widths do not fit, those are returned."""
+    its ``shortest`` (which must fit in ``room``)."""
     widths = list(longest)
     while sum(widths) > room:
         can_give = [i for i, width in enumerate(widths) if width > shortest[i]]
