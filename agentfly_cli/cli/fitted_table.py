@@ -34,6 +34,17 @@ def print_fitted(
         print_record(console, row[0], list(zip(columns[1:], row[1:], strict=True)))
 
 
+def print_facts(console: Console, title: str, facts: Sequence[tuple[str, str]]) -> None:
+    """``(label, value)`` pairs as a two-column table if it fits uncut, else as one record."""
+    facts = [(printable(label), printable(value)) for label, value in facts]
+    shown = table(title, ("setting", "value"), facts)
+    unbounded = console.options.update_width(2**16)
+    if Measurement.get(console, unbounded, shown).minimum <= console.width:
+        console.print(shown)
+    else:
+        print_record(console, title, facts)
+
+
 def print_record(console: Console, heading: str, fields: Sequence[tuple[str, str]]) -> None:
     """``heading`` on a line of its own, then one indented ``label  value`` line per field."""
     _print_text(console, heading)

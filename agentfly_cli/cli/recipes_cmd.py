@@ -6,6 +6,7 @@ from __future__ import annotations
 import typer
 
 from agentfly_cli.cli.common import conflict_of, host_with_warnings, provenance_fields
+from agentfly_cli.cli.fitted_table import print_facts
 from agentfly_cli.cli.output import (
     EXIT_FAILURE,
     JSON_OPTION,
@@ -113,7 +114,7 @@ def show_recipe(
         facts += [("rows", str(len(rows))), ("fields", ", ".join(fields))]
     if family is not None and family.options:
         facts += [(f"--set {entry.name}.{key}=", about) for key, about in family.options.items()]
-    console.print(table(name, ("setting", "value"), facts))
+    print_facts(console, name, facts)
     choices = info["data"]["choices"]
     if choices:
         lines = [
