@@ -1,0 +1,198 @@
+"""The openenv bridge against a real OpenEnv server (tests/bridges/openenv_server.py, run by
+.venv-openenv's openenv-core): openenv:URL as a recipe, rollout, eval and train on the tiny
+model with gold and junk, over WebSocket and HTTP, the pool bounded by the server's sessions,
+and a dead server as an error, not a hang."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVER_PYTHON = ROOT / ".venv-openenv" / "bin" / "python"
+if not SERVER_PYTHON.exists():
+    pytest.skip("the openenv tests need an OpenEnv server: make install-openenv",
+                allow_module_level=True)  # fmt: skip
+
+from agentfly_cli.errors import UserError  # noqa: E402
+from agentfly_cli.recipes.loader import load_config  # noqa: E402
+from agentfly_cli.trajectory import read_trajectories  # noqa: E402
+from tests.helpers.recipe_checks import agentfly, write_jsonl  # noqa: E402
+
+SESSIONS = 2
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(sessions: int) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    script = Path(__file__).with_name("openenv_server.py")
+    process = subprocess.Popen([str(SERVER_PYTHON), str(script), str(port), str(sessions)])
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(120):
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                return process, url
+        except httpx.HTTPError:
+            time.sleep(0.25)
+    process.kill()
+    raise RuntimeError(f"the OpenEnv test server did not start at {url}")
+
+
+@pytest.fixture(scope="module")
+def server():
+    process, url = start_server(SESSIONS)
+    yield url
+    process.terminate()
+    process.wait(10)
+
+
+def recipe(url: str) -> str:
+    return f"openenv:{url.removeprefix('http://')}"
+
+
+def sets(transport: str = "ws") -> list[str]:
+    return ["openenv.size=20", f"openenv.sessions={SESSIONS}", f"openenv.transport={transport}"]
+
+
+def flags(transport: str = "ws") -> list[str]:
+    return [part for item in sets(transport) for part in ("--set", item)]
+
+
+def rows_of(config) -> list[dict]:
+    return [json.loads(line) for line in open(config.data.path)]
+
+
+def secret(row: dict) -> int:
+    return row["seed"] % 8 + 1
+
+
+def test_a_server_is_a_recipe_whose_env_speaks_first(server):
+    config = load_config(recipe(server), sets())
+    rows = rows_of(config)
+    assert [r["seed"] for r in rows] == list(range(20))
+    assert all(r["url"] == server and r["field"] == "guess" for r in rows)  # from /schema
+    assert config.rollout.opening_env == "openenv" and config.tools == ["openenv_act"]
+    assert [c.name for c in config.reward] == ["env_reward"]
+    assert config.envs["openenv"].pool_max == SESSIONS
+
+
+@pytest.mark.parametrize(
+    ("param", "options", "message"),
+    [
+        ("localhost", [], "give the server as openenv:HOST:PORT"),
+        ("127.0.0.1:9", [], "start the server first"),
+        ("remote", ["openenv.url=ftp://x"], "or --set openenv.url=http"),
+        (None, ["openenv.transport=udp"], "give ws or http"),
+        (None, ["openenv.sessions=0"], "openenv.sessions=0: give a whole number >= 1"),
+        (None, ["openenv.colour=red"], "unknown option of openenv"),
+    ],
+)
+def test_bad_recipes_are_one_line(server, param, options, message):
+    with pytest.raises(UserError, match=message):
+        load_config(param and f"openenv:{param}" or recipe(server), options)
+
+
+def _script(tmp_path, config, moves) -> str:
+    rows = [{"id": row["id"], "responses": moves(row)} for row in rows_of(config)]
+    return str(write_jsonl(tmp_path / "script.jsonl", rows))
+
+
+def _common(tiny_model, tmp_path, config, moves, transport="ws") -> list[str]:
+    script = _script(tmp_path, config, moves)
+    return ["--model", tiny_model, "--backend", "scripted", "--script", script,
+            *flags(transport), "--n", "2", "--quiet"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("moves", "gold"),
+    [
+        (lambda row: [f"ACT: {secret(row)}"], True),
+        (lambda row: ["ACT: 0"] * 6, False),  # never right: four tries, then over
+        (lambda row: ["I do not know."], False),  # no action at all
+    ],
+    ids=["gold", "junk", "no-action"],
+)
+def test_rollout_and_eval_over_websocket(server, tiny_model, tmp_path, moves, gold):
+    config = load_config(recipe(server), sets())
+    common = _common(tiny_model, tmp_path, config, moves)
+    out = tmp_path / "rollout.jsonl"
+    # 8 chains on a server of 2 sessions: the pool keeps to 2, so none is refused
+    result = agentfly("rollout", recipe(server), "--limit", "4", "--out", out, *common)
+    assert result.exit_code == 0, result.output
+    chains = read_trajectories(out)
+    assert len(chains) == 8
+    for chain in chains:
+        chain.check()
+        assert chain.messages[1]["content"].startswith("Guess my number")  # the server's reset
+        if gold:
+            assert chain.finish_reason == "env_done" and chain.reward == 1.0
+        else:
+            assert chain.reward < 1.0
+    evaluated = agentfly("eval", recipe(server), "--out", tmp_path / "eval.jsonl", "--json",
+                         *common)  # fmt: skip
+    assert evaluated.exit_code == 0, evaluated.output
+    report = json.loads(evaluated.stdout)["eval"]
+    assert len(report["tasks"]) == 2  # 10% of 20: the held-out episodes
+    assert (report["overall"]["pass@1"] == 1.0) is gold
+
+
+def test_http_is_stateless_one_step_episodes(server, tiny_model, tmp_path):
+    # over HTTP each request gets a fresh server env (seed 0's secret, 1): one step episodes
+    config = load_config(recipe(server), sets("http"))
+    for guess, reward in (("1", 1.0), ("2", 0.0)):
+        common = _common(tiny_model, tmp_path, config, lambda row, g=guess: [f"ACT: {g}"], "http")
+        out = tmp_path / f"http-{guess}.jsonl"
+        result = agentfly("rollout", recipe(server), "--limit", "2", "--out", out, *common)
+        assert result.exit_code == 0, result.output
+        chains = read_trajectories(out)
+        assert [c.reward for c in chains] == [reward] * 4
+        assert all(c.env_reports[-1]["reward"] == reward for c in chains)
+
+
+def test_train_takes_rl_steps_on_the_server(server, tiny_model, tmp_path):
+    run = tmp_path / "run"
+    result = agentfly(
+        "train", recipe(server), "--model", tiny_model, "--out", run, "--quiet", *flags(),
+        "--set", "trainer.steps=2", "--set", "trainer.tasks_per_step=2", "--set", "rollout.n=2",
+        "--set", "rollout.max_turns=3", "--set", "rollout.max_tokens_per_turn=8",
+        "--set", "trainer.eval.every=0", "--set", "trainer.telemetry.sinks=[jsonl]",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines] == [1, 2]
+    assert all(0.0 <= line["reward/mean"] <= 1.0 for line in lines)
+
+
+def test_a_dead_server_is_an_error_per_episode_not_a_hang(tiny_model, tmp_path):
+    process, url = start_server(1)
+    try:
+        config = load_config(recipe(url), ["openenv.size=20"])
+    finally:
+        process.terminate()
+        process.wait(10)
+    script = _script(tmp_path, config, lambda row: [f"ACT: {secret(row)}"])
+    out = tmp_path / "dead.jsonl"
+    started = time.monotonic()
+    result = agentfly("rollout", recipe(url), "--limit", "2", "--out", out, "--model",
+                      tiny_model, "--backend", "scripted", "--script", script,
+                      "--set", "openenv.size=20", "--n", "1", "--quiet")  # fmt: skip
+    assert time.monotonic() - started < 60
+    print(result.output, file=sys.stderr)
+    chains = read_trajectories(out) if out.exists() else []
+    assert len(chains) == 2, result.output
+    for chain in chains:
+        assert chain.reward in (None, 0.0) and chain.finish_reason != "env_done"
+        assert "Connect call failed" in json.dumps(chain.to_dict() if hasattr(chain, "to_dict")
+                                                   else str(chain))  # fmt: skip
