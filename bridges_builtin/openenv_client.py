@@ -10,6 +10,7 @@ needs ``ws``. Every call has a timeout: a dead or stuck server is an :class:`Ope
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -44,12 +45,16 @@ class HttpSession:
     """``POST /reset`` and ``POST /step`` (stateless: a fresh server env per request)."""
 
     def __init__(self, url: str, timeout: float = TIMEOUT) -> None:
-        self.url = url
+        self.url, self.timeout = url, timeout
         self._client = httpx.AsyncClient(base_url=url, timeout=timeout)
 
     async def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         try:
             response = await self._client.post(path, json=body)
+        except httpx.TimeoutException as error:
+            raise OpenEnvError(
+                f"OpenEnv server {self.url}{path} did not answer within {self.timeout:g} s"
+            ) from error
         except httpx.HTTPError as error:
             raise OpenEnvError(f"OpenEnv server {self.url}{path}: {error!r}") from error
         if response.status_code >= 400:
@@ -86,14 +91,17 @@ class WsSession:
                     f"{ws_url}/ws", open_timeout=self.timeout, close_timeout=2
                 )
             await self._socket.send(json.dumps({"type": kind, "data": data}))
-            raw = await _within(self._socket.recv(), self.timeout)
+            raw = await asyncio.wait_for(self._socket.recv(), self.timeout)
         except websockets.ConnectionClosed as error:
             await self.close()
             raise OpenEnvError(
                 f"{where} closed the session ({error}): is it at its max concurrent sessions? "
                 "set --set openenv.sessions to the server's max_concurrent_envs"
             ) from error
-        except (OSError, websockets.WebSocketException, TimeoutError) as error:
+        except TimeoutError as error:
+            await self.close()
+            raise OpenEnvError(f"{where} did not answer within {self.timeout:g} s") from error
+        except (OSError, websockets.WebSocketException) as error:
             await self.close()
             raise OpenEnvError(f"{where}: {error!r}") from error
         message = json.loads(raw)
@@ -119,12 +127,6 @@ class WsSession:
                 await socket.close()
             except (OSError, websockets.WebSocketException):
                 pass
-
-
-async def _within(awaitable: Any, seconds: float) -> Any:
-    import asyncio
-
-    return await asyncio.wait_for(awaitable, seconds)
 
 
 def session(url: str, transport: str, timeout: float = TIMEOUT) -> HttpSession | WsSession:

@@ -58,17 +58,26 @@ def build(param: str | None, options: Mapping[str, Any]) -> dict[str, Any]:
     seed = _whole(options, "seed", 0, 0)
     sessions = _whole(options, "sessions", 1, 1)
     turns = _whole(options, "max_turns", 10, 1)
-    try:
-        schemas = schema(url)
-    except OpenEnvError as error:
-        raise UserError(f"openenv:{url}: {error}; start the server first") from error
-    field = options.get("field") or text_field(schemas.get("action") or {})
+    field = options.get("field")
+    if field is None:  # the action's text field, from the server's schema
+        try:
+            field = text_field(schema(url).get("action") or {})
+        except OpenEnvError as error:
+            raise UserError(
+                f"openenv:{param}: {error}; start the server first (or give --set openenv.field)"
+            ) from error
     observe = options.get("observe")
     key = {"url": url, "transport": transport, "size": size, "seed": seed, "field": field,
            "observe": observe}  # fmt: skip
     rows = [
-        {"id": f"openenv-s{seed + i}", "url": url, "transport": transport, "seed": seed + i,
-         "field": field, "observe": observe}  # fmt: skip
+        {
+            "id": f"openenv-s{seed + i}",
+            "url": url,
+            "transport": transport,
+            "seed": seed + i,
+            "field": field,
+            "observe": observe,
+        }  # fmt: skip
         for i in range(size)
     ]
     path = write_tasks(tasks_file("openenv", url, key), lambda: rows)

@@ -151,8 +151,9 @@ def test_rollout_and_eval_over_websocket(server, tiny_model, tmp_path, moves, go
 def test_http_is_stateless_one_step_episodes(server, tiny_model, tmp_path):
     # over HTTP each request gets a fresh server env (seed 0's secret, 1): one step episodes
     config = load_config(recipe(server), sets("http"))
-    for guess, reward in (("1", 1.0), ("2", 0.0)):
-        common = _common(tiny_model, tmp_path, config, lambda row, g=guess: [f"ACT: {g}"], "http")
+    for guess, reward in (("1", 1.0), ("2", 0.0)):  # a wrong one is never done: 10 turns
+        moves = lambda row, g=guess: [f"ACT: {g}"] * 10  # noqa: E731
+        common = _common(tiny_model, tmp_path, config, moves, "http")
         out = tmp_path / f"http-{guess}.jsonl"
         result = agentfly("rollout", recipe(server), "--limit", "2", "--out", out, *common)
         assert result.exit_code == 0, result.output
@@ -182,12 +183,14 @@ def test_a_dead_server_is_an_error_per_episode_not_a_hang(tiny_model, tmp_path):
     finally:
         process.terminate()
         process.wait(10)
+    # the field given: the recipe builds without asking the (now dead) server for its schema
     script = _script(tmp_path, config, lambda row: [f"ACT: {secret(row)}"])
     out = tmp_path / "dead.jsonl"
     started = time.monotonic()
     result = agentfly("rollout", recipe(url), "--limit", "2", "--out", out, "--model",
                       tiny_model, "--backend", "scripted", "--script", script,
-                      "--set", "openenv.size=20", "--n", "1", "--quiet")  # fmt: skip
+                      "--set", "openenv.size=20", "--set", "openenv.field=guess",
+                      "--n", "1", "--quiet")  # fmt: skip
     assert time.monotonic() - started < 60
     print(result.output, file=sys.stderr)
     chains = read_trajectories(out) if out.exists() else []
@@ -196,3 +199,40 @@ def test_a_dead_server_is_an_error_per_episode_not_a_hang(tiny_model, tmp_path):
         assert chain.reward in (None, 0.0) and chain.finish_reason != "env_done"
         assert "Connect call failed" in json.dumps(chain.to_dict() if hasattr(chain, "to_dict")
                                                    else str(chain))  # fmt: skip
+
+
+def test_a_stuck_server_times_out_and_a_full_one_says_so():
+    import asyncio
+
+    from bridges_builtin.openenv_client import OpenEnvError, session
+    from bridges_builtin.openenv_env import OpenEnvEnv, openenv_act
+
+    process, url = start_server(1)
+    task = {"url": url, "seed": 2, "field": "guess", "timeout": 2.0}
+
+    async def play() -> tuple[float, object]:
+        env = OpenEnvEnv()
+        await env.reset(task)
+        started = time.monotonic()
+        with pytest.raises(OpenEnvError, match="did not answer within 2 s"):
+            await env.step("sleep")  # the server's step sleeps 60 s
+        waited = time.monotonic() - started
+        # the stuck step still holds the server's one session
+        with pytest.raises(OpenEnvError, match="CAPACITY_REACHED"):
+            await env.reset(task)
+        env._session = session(url, "http", 2.0)  # over HTTP, through the tool
+        result = await openenv_act(action="sleep", env=env)  # the tool: an error, and done
+        await env.close()
+        return waited, result
+
+    try:
+        waited, result = asyncio.run(play())
+    finally:
+        process.kill()
+        process.wait(10)
+    assert waited < 10
+    assert (
+        not result.ok
+        and result.info["done"] is True
+        and "did not answer within 2 s" in result.observation
+    )
