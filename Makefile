@@ -20,7 +20,7 @@ TORCH_ARGS := -c constraints/cpu.txt --extra-index-url https://download.pytorch.
 endif
 
 .PHONY: help install system-deps realdata realdata-or-warn install-vllm install-deepspeed install-ray \
-	install-bridges install-openenv \
+	install-bridges install-openenv install-verifiers \
 	test test-slow lint format config-docs demo bench bench-venv bench-async clean
 
 help:
@@ -30,6 +30,7 @@ help:
 	@echo "make install-deepspeed  add DeepSpeed for the deepspeed train backend"
 	@echo "make install-ray  add Ray for env pools on a Ray cluster (provider: ray)"
 	@echo "make install-openenv  an OpenEnv server venv (.venv-openenv, openenv-core) for the openenv bridge's tests"
+	@echo "make install-verifiers  verifiers 0.3 and 0.4 venvs (.venv-verifiers-0.3, .venv-verifiers-0.4) for the verifiers bridge"
 	@echo "make install-bridges  add the env-library bridges' extras (reasoning-gym, humaneval, textarena, bfcl)"
 	@echo "make demo       the main job (see README)"
 	@echo "make test       the test suite on every core (fast tests; serial: TEST_JOBS=0; slow ones: make test-slow)"
@@ -213,3 +214,22 @@ bench-async: install
 
 clean:
 	rm -rf $(VENV) $(BENCH_VENV) build *.egg-info .pytest_cache .ruff_cache
+
+# verifiers in its own venvs: 0.3.x (the classic Environment/load_environment API) and 0.4.x
+# (Taskset/Harness; it pulls transformers 5.x, which conflicts with ours). The bridge runs its
+# driver there; the main install's torch/transformers are never touched.
+VERIFIERS03_VENV := .venv-verifiers-0.3
+VERIFIERS04_VENV := .venv-verifiers-0.4
+$(VERIFIERS03_VENV)/.installed:
+	$(PYTHON) -m venv $(VERIFIERS03_VENV)
+	$(VERIFIERS03_VENV)/bin/pip install -q 'verifiers==0.3.1'
+	$(VERIFIERS03_VENV)/bin/python -c "import verifiers; print('verifiers', verifiers.__version__)"
+	touch $@
+
+$(VERIFIERS04_VENV)/.installed:
+	$(PYTHON) -m venv $(VERIFIERS04_VENV)
+	$(VERIFIERS04_VENV)/bin/pip install -q 'verifiers==0.4.0'
+	$(VERIFIERS04_VENV)/bin/python -c "import verifiers; print('verifiers', verifiers.__version__)"
+	touch $@
+
+install-verifiers: $(VERIFIERS03_VENV)/.installed $(VERIFIERS04_VENV)/.installed

@@ -1,0 +1,52 @@
+"""The settings of a ``verifiers:ENV_ID`` recipe, and the environment's dataset as task rows
+(written by the driver in the verifiers venv)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from agentfly_cli.errors import UserError
+from agentfly_cli.recipes.families import tasks_file, write_tasks
+
+DEFAULT_SIZE = 200
+
+
+def _rows(env_id: str, api: str, size: int) -> list[dict[str, Any]]:
+    from bridges_builtin.verifiers_venv import run_driver
+
+    try:
+        out = run_driver(api, ["tasks", env_id, str(size)])
+    except RuntimeError as err:
+        raise UserError(
+            f"verifiers:{env_id}: {err}; install the environment into .venv-verifiers-{api}"
+        ) from None
+    rows = [json.loads(line) for line in out.splitlines() if line.strip()]
+    for row in rows:
+        row["verifiers"] = {"env_id": env_id, "api": api}
+    return rows
+
+
+def build(param: str | None, options: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings of ``verifiers:<param>``, after writing its tasks to the cache."""
+    from bridges_builtin.verifiers_venv import venv_python
+
+    if not param:
+        raise UserError("verifiers:ENV_ID needs an environment id, e.g. verifiers:my-env")
+    api = str(options.get("api", "0.3"))
+    venv_python(api)  # a missing venv is one line before anything runs
+    size = options.get("size", DEFAULT_SIZE)
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise UserError(f"--set verifiers.size={size!r}: give a whole number >= 1")
+    key = {"env": param, "api": api, "size": size}
+    path = write_tasks(tasks_file("verifiers", param, key), lambda: _rows(param, api, size))
+    return {
+        "name": f"verifiers:{param}",
+        "description": f"the verifiers environment {param} ({api} API), its rubric as reward",
+        "model": "smollm2",
+        "backend": {"name": "hf"},
+        "data": {"path": str(path), "holdout": 0.1, "holdout_seed": 0},
+        "agent": {"entry": "bridges_builtin.verifiers_agent:agent"},
+        "rollout": {"n": 8, "max_tokens_per_turn": 256, "max_total_tokens": 2048},
+    }

@@ -1,0 +1,55 @@
+"""Where the verifiers venvs are, and running the driver script in one of them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from agentfly_cli.errors import UserError
+
+DRIVER = Path(__file__).with_name("verifiers_driver.py")
+APIS = ("0.3", "0.4")
+
+
+def venv_python(api: str) -> Path:
+    """The python of the verifiers venv of ``api`` (``.venv-verifiers-0.3``), or one line."""
+    if api not in APIS:
+        raise UserError(f"--set verifiers.api={api!r}: give one of {', '.join(APIS)}")
+    root = Path(os.environ.get("AGENTFLY_VERIFIERS_VENV_DIR", Path.cwd()))
+    python = root / f".venv-verifiers-{api}" / "bin" / "python"
+    if not python.exists():
+        raise UserError(
+            f"no verifiers {api} venv at {python.parent.parent}: run make install-verifiers "
+            "(or set AGENTFLY_VERIFIERS_VENV_DIR to the folder holding it)"
+        )
+    return python
+
+
+def run_driver(api: str, args: list[str], stdin: str = "", timeout: float = 600) -> str:
+    """The driver's stdout; its failure is a RuntimeError carrying its last stderr line."""
+    done = subprocess.run(
+        [str(venv_python(api)), str(DRIVER), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "UV_CACHE_DIR": os.environ.get("UV_CACHE_DIR", "/tmp/agentfly-uv")},
+    )
+    if done.returncode != 0:
+        lines = done.stderr.strip().splitlines() or [f"exit {done.returncode}"]
+        raise RuntimeError(f"verifiers driver failed: {lines[-1]}")
+    return done.stdout
+
+
+def episode(task: dict, base_url: str, model: str = "agentfly") -> dict:
+    """One episode of ``task`` through the gateway at ``base_url``: the rubric's reward, metrics."""
+    api = task["verifiers"]["api"]
+    request = json.dumps({"task": task, "base_url": base_url, "model": model})
+    return json.loads(run_driver(api, ["episode"], stdin=request).strip().splitlines()[-1])
+
+
+if __name__ == "__main__":  # pragma: no cover - a manual probe
+    print(run_driver(sys.argv[1], sys.argv[2:]))
