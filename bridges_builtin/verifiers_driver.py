@@ -4,13 +4,13 @@ by agentfly (it imports only verifiers and the standard library).
 ``python verifiers_driver.py tasks ENV_ID SIZE`` prints the environment's dataset rows as
 JSONL; ``python verifiers_driver.py episode`` reads one JSON request on stdin (the task row,
 the gateway's base URL, the model name) and prints one JSON line: the rubric's reward and its
-named metrics. Only the classic 0.3 API (``load_environment``, ``env.rollout``,
-``rubric.score_rollout``) is driven so far; see docs/bridges/verifiers.md.
+named metrics. Only the classic API (``verifiers.legacy``: ``load_environment``,
+``env.rollout``, ``rubric.score_rollout``) is driven so far; see docs/bridges/verifiers.md.
 """
 
 import asyncio
-import inspect
 import json
+import os
 import sys
 
 
@@ -32,28 +32,30 @@ def tasks(env_id, size):
             "answer": row.get("answer", ""),
             "task": row.get("task", "default"),
             "info": row.get("info") or {},
+            "example_id": row.get("example_id", i),
         }
         print(json.dumps(out, default=str))
 
 
-async def _maybe(value):
-    return await value if inspect.isawaitable(value) else value
-
-
 async def episode(request):
-    from openai import AsyncOpenAI
+    from verifiers.types import ClientConfig
 
     task = request["task"]
     env = _load(task["verifiers"]["env_id"], task["verifiers"].get("args"))
-    client = AsyncOpenAI(base_url=request["base_url"], api_key="agentfly")
+    os.environ.setdefault("AGENTFLY_VF_KEY", "agentfly")
+    client = ClientConfig(api_base_url=request["base_url"], api_key_var="AGENTFLY_VF_KEY")
+    rollout_input = {
+        "prompt": task["prompt"],
+        "example_id": task.get("example_id", 0),
+        "answer": task.get("answer", ""),
+        "info": task.get("info") or {},
+    }
     sampling = request.get("sampling") or {}
-    prompt, answer = task["prompt"], task.get("answer", "")
-    info, kind = task.get("info") or {}, task.get("task", "default")
-    completion, state = await _maybe(
-        env.rollout(client, request["model"], prompt, answer, kind, info, sampling)
-    )
-    score = await _maybe(env.rubric.score_rollout(prompt, completion, answer, state, kind, info))
-    return {"reward": float(score.reward), "metrics": dict(score.metrics or {})}
+    state = await env.rollout(rollout_input, client, request["model"], sampling)
+    await env.rubric.score_rollout(state)
+    if state.get("error"):
+        raise RuntimeError(f"the environment failed: {state['error']}")
+    return {"reward": float(state["reward"]), "metrics": dict(state.get("metrics") or {})}
 
 
 def main():

@@ -28,15 +28,25 @@ def venv_python(api: str) -> Path:
     return python
 
 
+def _driver_env() -> dict[str, str]:
+    """The driver's environment: not our PYTHONPATH (its own venv's packages, plus the folders
+    of ``AGENTFLY_VERIFIERS_PATH``), and uv's cache out of the home folder."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    if os.environ.get("AGENTFLY_VERIFIERS_PATH"):
+        env["PYTHONPATH"] = os.environ["AGENTFLY_VERIFIERS_PATH"]
+    env.setdefault("UV_CACHE_DIR", "/tmp/agentfly-uv-cache")
+    return env
+
+
 def run_driver(api: str, args: list[str], stdin: str = "", timeout: float = 600) -> str:
     """The driver's stdout; its failure is a RuntimeError carrying its last stderr line."""
     done = subprocess.run(
-        [str(venv_python(api)), str(DRIVER), *args],
+        [str(venv_python(api)), "-P", str(DRIVER), *args],
         input=stdin,
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, "UV_CACHE_DIR": os.environ.get("UV_CACHE_DIR", "/tmp/agentfly-uv")},
+        env=_driver_env(),
     )
     if done.returncode != 0:
         lines = done.stderr.strip().splitlines() or [f"exit {done.returncode}"]
