@@ -28,7 +28,7 @@ def tasks(env_id, size):
             break
         out = {
             "id": f"{env_id}-{i}",
-            "prompt": row.get("prompt"),
+            "messages": row.get("prompt"),
             "answer": row.get("answer", ""),
             "task": row.get("task", "default"),
             "info": row.get("info") or {},
@@ -45,7 +45,7 @@ async def episode(request):
     os.environ.setdefault("AGENTFLY_VF_KEY", "agentfly")
     client = ClientConfig(api_base_url=request["base_url"], api_key_var="AGENTFLY_VF_KEY")
     rollout_input = {
-        "prompt": task["prompt"],
+        "prompt": task["messages"],
         "example_id": task.get("example_id", 0),
         "answer": task.get("answer", ""),
         "info": task.get("info") or {},
