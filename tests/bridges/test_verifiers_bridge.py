@@ -48,3 +48,14 @@ def test_rollout_scores_by_the_rubric(tiny_model, tmp_path, say, reward):
     for chain in chains:
         chain.check()
         assert chain.token_exact and chain.reward == reward and chain.error is None
+
+
+def test_a_missing_venv_or_env_is_one_line(tmp_path, monkeypatch):
+    from agentfly_cli.errors import UserError
+    from agentfly_cli.recipes.loader import load_config
+
+    with pytest.raises(UserError, match="no-such-env"):
+        load_config("verifiers:no-such-env", ["verifiers.size=2"])
+    monkeypatch.setenv("AGENTFLY_VERIFIERS_VENV_DIR", str(tmp_path))
+    with pytest.raises(UserError, match="make install-verifiers"):
+        load_config("verifiers:vf-echo", ["verifiers.size=2"])
