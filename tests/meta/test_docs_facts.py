@@ -11,7 +11,7 @@ import pytest
 from agentfly_cli.plugin_host import hookspecs
 from tests.helpers.paths import REPO_ROOT
 
-NUMBERS = "zero one two three four five six seven eight nine ten eleven twelve".split()
+NUMBERS = "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen".split()
 
 
 def read(path: str) -> str:
@@ -123,7 +123,7 @@ def test_cli_page_has_a_section_per_command():
 def readme_recipes() -> set[str]:
     table = between(read("README.md"), "| recipe | trains |", "\n\n")
     # a recipe family is spelled as `agentfly recipes list` spells it: `reasoning_gym:NAME`
-    return set(re.findall(r"^\| `([\w-]+)(?::[A-Z:]+)?` \|", table, flags=re.MULTILINE))
+    return set(re.findall(r"^\| `([\w-]+)(?::[A-Z_:]+)?` \|", table, flags=re.MULTILINE))
 
 
 def test_recipes():
