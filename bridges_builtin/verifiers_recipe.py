@@ -48,5 +48,6 @@ def build(param: str | None, options: Mapping[str, Any]) -> dict[str, Any]:
         "backend": {"name": "hf"},
         "data": {"path": str(path), "holdout": 0.1, "holdout_seed": 0},
         "agent": {"entry": "bridges_builtin.verifiers_agent:agent"},
+        "reward": "verifiers_rubric",
         "rollout": {"n": 8, "max_tokens_per_turn": 256, "max_total_tokens": 2048},
     }

@@ -48,6 +48,35 @@ def test_rollout_scores_by_the_rubric(tiny_model, tmp_path, say, reward):
     for chain in chains:
         chain.check()
         assert chain.token_exact and chain.reward == reward and chain.error is None
+        assert chain.reward_extras["metric/exact"] == reward  # the rubric's named metric
+
+
+@pytest.mark.parametrize(("say", "gold"), [(lambda w: w, True), (lambda w: "banana", False)])
+def test_eval_scores_the_held_out_rows(tiny_model, tmp_path, say, gold):
+    result = agentfly(
+        "eval", "verifiers:vf-echo", "--set", "verifiers.size=4", "--set", "data.holdout=0.5",
+        "--model", tiny_model, "--backend", "scripted", "--script", _script(tmp_path, say),
+        "--n", "1", "--out", tmp_path / "eval.jsonl", "--json", "--quiet",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)["eval"]
+    assert len(report["tasks"]) == 2  # half of the env's 4 rows held out
+    assert report["overall"]["pass@1"] == (1.0 if gold else 0.0)
+
+
+def test_train_takes_rl_steps_on_the_env(tiny_model, tmp_path):
+    run = tmp_path / "run"
+    result = agentfly(
+        "train", "verifiers:vf-echo", "--model", tiny_model, "--out", run, "--quiet",
+        "--set", "verifiers.size=4", "--set", "trainer.steps=2",
+        "--set", "trainer.tasks_per_step=2", "--set", "rollout.n=2",
+        "--set", "rollout.max_tokens_per_turn=8", "--set", "trainer.eval.every=0",
+        "--set", "trainer.telemetry.sinks=[jsonl]",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines] == [1, 2]
+    assert all(0.0 <= line["reward/mean"] <= 1.0 for line in lines)
 
 
 def test_a_missing_venv_or_env_is_one_line(tmp_path, monkeypatch):
