@@ -27,9 +27,11 @@ def _venv(monkeypatch):
     monkeypatch.setenv("AGENTFLY_VERIFIERS_PATH", str(FIXTURE))
 
 
-def _script(tmp_path, say) -> Path:
+def _script(tmp_path, say, env="vf-echo", turns=1) -> Path:
     path = tmp_path / "script.jsonl"
-    lines = [json.dumps({"id": f"vf-echo-{i}", "responses": [say(w)]}) for i, w in enumerate(WORDS)]
+    lines = [
+        json.dumps({"id": f"{env}-{i}", "responses": [say(w)] * turns}) for i, w in enumerate(WORDS)
+    ]
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -49,6 +51,24 @@ def test_rollout_scores_by_the_rubric(tiny_model, tmp_path, say, reward):
         chain.check()
         assert chain.token_exact and chain.reward == reward and chain.error is None
         assert chain.reward_extras["metric/exact"] == reward  # the rubric's named metric
+
+
+def test_an_env_that_raises_fails_only_its_episode(tiny_model, tmp_path):
+    out = tmp_path / "rollout.jsonl"
+    result = agentfly(
+        "rollout", "verifiers:vf-flaky", "--set", "verifiers.size=4", "--model", tiny_model,
+        "--backend", "scripted", "--script", _script(tmp_path, lambda w: w, "vf-flaky", 2),
+        "--limit", "2", "--n", "1", "--out", out, "--quiet",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    chains = {chain.task["answer"]: chain for chain in read_trajectories(out)}
+    apple, pear = chains["apple"], chains["pear"]
+    assert apple.error is None and apple.reward == 1.0 and apple.num_turns == 2
+    assert "the env broke on pear" in pear.error and pear.reward == 0.0
+    assert pear.finish_reason == "abort" and pear.num_turns == 1  # the turn before it broke
+    for chain in chains.values():
+        chain.check()
+        assert chain.token_exact
 
 
 @pytest.mark.parametrize(("say", "gold"), [(lambda w: w, True), (lambda w: "banana", False)])
