@@ -99,6 +99,50 @@ def test_train_takes_rl_steps_on_the_env(tiny_model, tmp_path):
     assert all(0.0 <= line["reward/mean"] <= 1.0 for line in lines)
 
 
+PAIRS = ((2, 3), (4, 5), (10, 7), (6, 6))  # vf_tools' rows
+
+
+def _call(a: int, b: int) -> str:
+    return (
+        "<tool_call>\n"
+        + json.dumps({"name": "add", "arguments": {"a": a, "b": b}})
+        + "\n</tool_call>"
+    )
+
+
+@pytest.mark.parametrize(
+    ("replies", "reward"),
+    [
+        (lambda a, b: [_call(a, b), str(a + b)], 1.0),  # the tool, then its answer
+        (lambda a, b: [str(a + b)], 0.0),  # the right number without the tool
+        (lambda a, b: [_call(a, a), str(a + b)], 0.0),  # the tool on the wrong numbers
+    ],
+    ids=["gold", "no-tool", "wrong-call"],
+)
+def test_a_tool_env_runs_its_python_tool(tiny_model, tmp_path, replies, reward):
+    script = tmp_path / "script.jsonl"
+    lines = [{"id": f"vf-tools-{i}", "responses": replies(a, b)} for i, (a, b) in enumerate(PAIRS)]
+    script.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    out = tmp_path / "rollout.jsonl"
+    result = agentfly(
+        "rollout", "verifiers:vf-tools", "--set", "verifiers.size=4", "--model", tiny_model,
+        "--backend", "scripted", "--script", script, "--set", "chat.parser=hermes",
+        "--limit", "2", "--n", "1", "--out", out, "--quiet",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    chains = read_trajectories(out)
+    assert len(chains) == 2
+    for chain in chains:
+        chain.check()
+        assert chain.token_exact and chain.error is None and chain.reward == reward
+        calls = 0 if len(replies(1, 1)) == 1 else 1
+        assert chain.reward_extras["metric/add_calls"] == calls  # ToolEnv's own tool metric
+        assert chain.num_turns == 1 + calls
+        if calls:  # the gateway saw the call and the tool's result the env sent back
+            (call,) = chain.tool_calls
+            assert call.name == "add" and call.observation == str(sum(call.arguments.values()))
+
+
 def test_a_missing_venv_or_env_is_one_line(tmp_path, monkeypatch):
     from agentfly_cli.errors import UserError
     from agentfly_cli.recipes.loader import load_config
