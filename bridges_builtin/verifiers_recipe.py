@@ -19,9 +19,10 @@ def _rows(env_id: str, api: str, size: int) -> list[dict[str, Any]]:
     try:
         out = run_driver(api, ["tasks", env_id, str(size)])
     except RuntimeError as err:
-        raise UserError(
-            f"verifiers:{env_id}: {err}; install the environment into .venv-verifiers-{api}"
-        ) from None
+        hint = (
+            f"; install the environment into .venv-verifiers-{api}" if "import" in str(err) else ""
+        )
+        raise UserError(f"verifiers:{env_id}: {err}{hint}") from None
     rows = [json.loads(line) for line in out.splitlines() if line.strip()]
     for row in rows:
         row["verifiers"] = {"env_id": env_id, "api": api}
