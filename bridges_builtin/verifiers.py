@@ -32,3 +32,10 @@ def register_recipes(register):
         "a verifiers environment installed in its venv, run as an agent program, its rubric "
         "as the reward; needs make install-verifiers",
     )
+
+
+@hookimpl
+def register_rewards(register):
+    from bridges_builtin.verifiers_reward import verifiers_rubric
+
+    register(verifiers_rubric)

@@ -17,6 +17,11 @@ import sys
 def _load(env_id, args):
     import verifiers as vf
 
+    if not hasattr(vf, "load_environment"):  # 0.4: only verifiers.v1 (Taskset/Harness)
+        sys.exit(
+            f"verifiers {vf.__version__} has no classic load_environment; its Taskset/Harness "
+            "API is not driven yet (docs/bridges/verifiers.md): use --set verifiers.api=0.3"
+        )
     return vf.load_environment(env_id, **(args or {}))
 
 

@@ -19,9 +19,10 @@ def _rows(env_id: str, api: str, size: int) -> list[dict[str, Any]]:
     try:
         out = run_driver(api, ["tasks", env_id, str(size)])
     except RuntimeError as err:
-        raise UserError(
-            f"verifiers:{env_id}: {err}; install the environment into .venv-verifiers-{api}"
-        ) from None
+        hint = (
+            f"; install the environment into .venv-verifiers-{api}" if "import" in str(err) else ""
+        )
+        raise UserError(f"verifiers:{env_id}: {err}{hint}") from None
     rows = [json.loads(line) for line in out.splitlines() if line.strip()]
     for row in rows:
         row["verifiers"] = {"env_id": env_id, "api": api}
@@ -48,5 +49,6 @@ def build(param: str | None, options: Mapping[str, Any]) -> dict[str, Any]:
         "backend": {"name": "hf"},
         "data": {"path": str(path), "holdout": 0.1, "holdout_seed": 0},
         "agent": {"entry": "bridges_builtin.verifiers_agent:agent"},
+        "reward": "verifiers_rubric",
         "rollout": {"n": 8, "max_tokens_per_turn": 256, "max_total_tokens": 2048},
     }
