@@ -47,8 +47,8 @@ async def episode(request):
 
     task = request["task"]
     env = _load(task["verifiers"]["env_id"], task["verifiers"].get("args"))
-    os.environ.setdefault("AGENTFLY_VF_KEY", "agentfly")
-    client = ClientConfig(api_base_url=request["base_url"], api_key_var="AGENTFLY_VF_KEY")
+    os.environ.setdefault("VERIFIERS_GATEWAY_KEY", "agentfly")
+    client = ClientConfig(api_base_url=request["base_url"], api_key_var="VERIFIERS_GATEWAY_KEY")
     rollout_input = {
         "prompt": task["messages"],
         "example_id": task.get("example_id", 0),

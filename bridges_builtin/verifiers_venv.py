@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from agentfly_cli.errors import UserError
+from agentfly_cli.settings.variables import verifiers_path, verifiers_venv_dir
 
 DRIVER = Path(__file__).with_name("verifiers_driver.py")
 APIS = ("0.3", "0.4")
@@ -18,7 +19,7 @@ def venv_python(api: str) -> Path:
     """The python of the verifiers venv of ``api`` (``.venv-verifiers-0.3``), or one line."""
     if api not in APIS:
         raise UserError(f"--set verifiers.api={api!r}: give one of {', '.join(APIS)}")
-    root = Path(os.environ.get("AGENTFLY_VERIFIERS_VENV_DIR", Path.cwd()))
+    root = verifiers_venv_dir()
     python = root / f".venv-verifiers-{api}" / "bin" / "python"
     if not python.exists():
         raise UserError(
@@ -32,8 +33,8 @@ def _driver_env() -> dict[str, str]:
     """The driver's environment: not our PYTHONPATH (its own venv's packages, plus the folders
     of ``AGENTFLY_VERIFIERS_PATH``), and uv's cache out of the home folder."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    if os.environ.get("AGENTFLY_VERIFIERS_PATH"):
-        env["PYTHONPATH"] = os.environ["AGENTFLY_VERIFIERS_PATH"]
+    if verifiers_path():
+        env["PYTHONPATH"] = verifiers_path()
     env.setdefault("UV_CACHE_DIR", "/tmp/agentfly-uv-cache")
     return env
 

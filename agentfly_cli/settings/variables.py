@@ -56,6 +56,14 @@ VARIABLES: dict[str, Variable] = {
         "the API key `agentfly serve` requires on every route (as --api-key; needed to listen "
         "beyond loopback)",
     ),
+    "AGENTFLY_VERIFIERS_VENV_DIR": Variable(
+        "the current folder",
+        "the folder holding the verifiers bridge's venvs (.venv-verifiers-0.3; make "
+        "install-verifiers)",
+    ),
+    "AGENTFLY_VERIFIERS_PATH": Variable(
+        "none", "extra import folders (os.pathsep-separated) for verifiers environments"
+    ),
     "AGENTFLY_SANDBOX": Variable(
         "-", "marks processes of the Python sandbox (set by agentfly, not by users)", internal=True
     ),
@@ -102,6 +110,16 @@ def max_observation_chars() -> int:
 def worker_threads() -> int:
     """Threads that run sync tools and rewards (``AGENTFLY_WORKER_THREADS``, default 64)."""
     return _positive_number("AGENTFLY_WORKER_THREADS", 64, integer=True)
+
+
+def verifiers_venv_dir() -> Path:
+    """Where the verifiers venvs are (``AGENTFLY_VERIFIERS_VENV_DIR``, else the current folder)."""
+    return Path(_raw("AGENTFLY_VERIFIERS_VENV_DIR") or Path.cwd())
+
+
+def verifiers_path() -> str | None:
+    """Extra import folders for verifiers environments (``AGENTFLY_VERIFIERS_PATH``)."""
+    return _raw("AGENTFLY_VERIFIERS_PATH") or None
 
 
 def cache_dir() -> Path:
