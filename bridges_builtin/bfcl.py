@@ -36,6 +36,14 @@ def register_recipes(register):
 
 @hookimpl
 def register_rewards(register):
-    from bridges_builtin.bfcl_reward import bfcl_ast
+    from bridges_builtin.bfcl_reward import bfcl_ast, bfcl_multi_turn
 
     register(bfcl_ast)
+    register(bfcl_multi_turn)
+
+
+@hookimpl
+def register_envs(register):
+    from bridges_builtin.bfcl_api_env import BFCL_API
+
+    register(BFCL_API)
