@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from agentfly_cli.errors import UserError
 from agentfly_cli.recipes.families import tasks_file, write_tasks
 from bridges_builtin.bfcl_data import AST_CATEGORIES, category_rows, data_folder
 from bridges_builtin.bfcl_multi import MULTI_TURN_CATEGORIES, NOT_BUILT, multi_turn_rows
@@ -27,6 +28,11 @@ def build(param: str | None, options: Mapping[str, Any]) -> dict[str, Any]:
     data_folder()  # one line naming the install command when bfcl-eval is absent
     if param in MULTI_TURN_CATEGORIES or param in NOT_BUILT:
         return build_multi_turn(str(param))
+    if param not in AST_CATEGORIES:
+        raise UserError(
+            f"bfcl category {param!r} is not one built here; pick one of: "
+            + ", ".join([*AST_CATEGORIES, *MULTI_TURN_CATEGORIES])
+        )
     rows = category_rows(str(param))  # one line naming the categories for an unknown one
     key = {"category": param, "bfcl-eval": version("bfcl-eval")}
     path = write_tasks(tasks_file("bfcl", str(param), key), lambda: rows)
