@@ -187,3 +187,37 @@ def test_train_takes_rl_steps(tiny_model, tmp_path):
 def test_recipes_check_passes():
     result = agentfly("recipes", "check", "bfcl:multi_turn_base", "--model", "tiny", "--limit", "8")
     assert result.exit_code == 0, result.output
+
+
+def test_the_verdicts_agree_with_bfcls_own_multi_turn_checker(rows):
+    """BFCL's multi_turn_checker (its globals, its eval) on the same calls gives the same
+    verdict; its global instances are removed afterwards."""
+    import bfcl_eval.eval_checker.multi_turn_eval.multi_turn_utils as utils
+    from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_checker
+
+    def bfcl_verdict(row, turns, key):
+        decoded = [
+            [[f"{n}({', '.join(f'{k}={v!r}' for k, v in a.items())})" for n, a in turn]]
+            if turn else []
+            for turn in turns
+        ]  # fmt: skip
+        entry = {"id": row["id"], "initial_config": row["bfcl"]["initial_config"],
+                 "involved_classes": row["bfcl"]["involved_classes"]}  # fmt: skip
+        try:
+            return multi_turn_checker(
+                decoded, row["bfcl"]["ground_truth"], entry, "multi_turn_base", key
+            )
+        finally:
+            for name in [k for k in vars(utils) if k.startswith(key)]:
+                delattr(utils, name)
+
+    for number, row in enumerate(rows[:40]):
+        gold = gold_turns(row)
+        wrong = [list(t) for t in gold]
+        wrong[-1] = wrong[-1][:-1]  # the last call of the last turn left out
+        for label, turns in (("gold", gold), ("wrong", wrong)):
+            ours = score_episode(episode(turns), row["bfcl"])
+            theirs = bfcl_verdict(row, turns, f"agentfly_test_{label}_{number}")
+            assert (ours["reward"] == 1.0) == theirs["valid"], (row["id"], label, ours, theirs)
+            if not theirs["valid"]:
+                assert ours["error_type"] == theirs["error_type"], (row["id"], label)
