@@ -152,7 +152,8 @@ def test_rollout_and_eval_with_gold_and_junk(tiny_model, tmp_path, reply, expect
     recipe = "bfcl:multi_turn_base"
     config = load_config(recipe)
     common = ["--model", tiny_model, "--backend", "scripted", "--script",
-              _script(tmp_path, config, reply), "--quiet"]  # fmt: skip
+              _script(tmp_path, config, reply), "--quiet",
+              "--set", "rollout.max_total_tokens=32768"]  # tiny tokenizer: 11k prompts  # fmt: skip
     out = tmp_path / "rollout.jsonl"
     result = agentfly("rollout", recipe, "--limit", "3", "--n", "2", "--out", out, *common)
     assert result.exit_code == 0, result.output
