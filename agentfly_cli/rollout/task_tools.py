@@ -5,9 +5,10 @@ arguments are checked against the row's schema (a bad call is an ``invalid_argum
 observation, as for any tool) and whose call does what ``rollout.task_tools.on_call`` says:
 ``end`` the chain after the turn (finish ``declared_call``), answer with a ``mock``, or send
 the call to an ``env``. A row's ``unlisted_tools`` names tools of its own that are callable
-but not rendered (a later user turn describes them). A chain's :class:`ToolSet` (schemas for the template, the parser, the
-callable tools) is built once per distinct tool set and kept by its content, so a thousand
-rows with a thousand tool sets cost a thousand small builds, not a thousand per turn.
+but not rendered (a later user turn describes them). A chain's :class:`ToolSet` (schemas
+for the template, the parser, the callable tools) is built once per distinct tool set and
+kept by its content, so a thousand rows with a thousand tool sets cost a thousand small
+builds, not a thousand per turn.
 """
 
 from __future__ import annotations
