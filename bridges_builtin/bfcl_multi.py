@@ -16,12 +16,14 @@ from agentfly_cli.errors import UserError
 from bridges_builtin.bfcl_api import keyword_arguments
 from bridges_builtin.bfcl_data import VERSION, _read_lines, data_folder, pythonic_calls
 
-#: the multi-turn categories built, and why the others are not
-MULTI_TURN_CATEGORIES = ("multi_turn_base", "multi_turn_miss_param", "multi_turn_long_context")
-NOT_BUILT = {
-    "multi_turn_miss_func": "BFCL adds held-out functions at a later turn, and the engine "
-    "cannot add tools mid-episode yet",
-}
+#: the multi-turn categories built
+MULTI_TURN_CATEGORIES = (
+    "multi_turn_base",
+    "multi_turn_miss_func",
+    "multi_turn_miss_param",
+    "multi_turn_long_context",
+)
+NOT_BUILT: dict[str, str] = {}  # a category not built, and why
 ANSWER = "Done."  # the reply without a call that hands the floor to the next user turn
 
 
@@ -54,15 +56,42 @@ def _content(turn: list[dict[str, Any]]) -> str:
     return "\n\n".join(str(m.get("content", "")) for m in turn)
 
 
+def _held_out_turn(tools: list[dict[str, Any]], names: list[str]) -> str:
+    """The user turn that brings held-out functions, as BFCL's prompting mode writes it: the
+    function docs, then "I have updated some more functions ..."."""
+    from bfcl_eval.constants.default_prompts import (
+        DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_PROMPTING as PROMPT,
+    )
+
+    docs = [_doc(t) for t in tools if t["function"]["name"] in names]
+    return PROMPT.format(functions=docs)
+
+
+def _doc(tool: dict[str, Any]) -> dict[str, Any]:
+    return {k: tool["function"][k] for k in ("name", "description", "parameters")}
+
+
 def entry_row(entry: dict[str, Any], truth: list[list[str]], category: str) -> dict[str, Any]:
-    """One multi-turn entry (and its ground truth) as a task row."""
+    """One multi-turn entry (and its ground truth) as a task row. For miss_func, the held-out
+    functions are among the row's tools but ``unlisted_tools`` (not rendered) until the turn
+    whose user message describes them, as BFCL's prompting mode adds them."""
     turns = entry["question"]
+    tools = class_tools(entry["involved_classes"])
+    held_out = {int(k): list(v) for k, v in (entry.get("missed_function") or {}).items()}
+    later = [
+        _held_out_turn(tools, held_out[i]) if i in held_out else _content(t)
+        for i, t in enumerate(turns)
+    ][1:]
+    extra: dict[str, Any] = {}
+    if held_out:
+        extra["unlisted_tools"] = sorted({n for names in held_out.values() for n in names})
     return {
         "id": entry["id"],
         "category": category,
         "messages": list(turns[0]),
-        "user_turns": [{"content": _content(t), "after": "answer"} for t in turns[1:]],
-        "tools": class_tools(entry["involved_classes"]),
+        "user_turns": [{"content": text, "after": "answer"} for text in later],
+        "tools": tools,
+        **extra,
         "bfcl": {
             "category": category,
             "involved_classes": list(entry["involved_classes"]),

@@ -12,7 +12,7 @@ import pytest
 INSTALL = "pip install --no-deps bfcl-eval==2026.3.23"
 pytest.importorskip("bfcl_eval", reason=f"the bfcl bridge needs bfcl-eval: {INSTALL}")
 
-from agentfly_cli.errors import UserError  # noqa: E402
+from agentfly_cli.chat.templates import ChatTemplate  # noqa: E402
 from agentfly_cli.recipes.loader import load_config  # noqa: E402
 from agentfly_cli.trajectory import read_trajectories  # noqa: E402
 from bridges_builtin.bfcl_api import keyword_arguments  # noqa: E402
@@ -59,9 +59,13 @@ def test_rows_hold_user_turns_tools_and_the_initial_config(rows):
     assert multi_turn_rows("multi_turn_long_context")[0]["bfcl"]["long_context"] is True
 
 
-def test_miss_func_is_one_line_naming_why(rows):
-    with pytest.raises(UserError, match="cannot add tools mid-episode"):
-        load_config("bfcl:multi_turn_miss_func")
+def test_miss_func_holds_its_function_back_until_the_turn_that_adds_it():
+    row = multi_turn_rows("multi_turn_miss_func")[0]
+    assert row["unlisted_tools"] == ["sort"]  # callable, but not rendered from the start
+    assert "sort" in {t["function"]["name"] for t in row["tools"]}
+    added = row["user_turns"][2]["content"]  # BFCL's turn 3: empty, then the held-out docs
+    assert added.startswith("[{'name': 'sort'") and "I have updated some more functions" in added
+    assert row["bfcl"]["ground_truth"][2] == []  # before it is added: nothing to call
 
 
 def test_two_concurrent_episodes_of_one_entry_keep_their_own_state(rows):
@@ -170,6 +174,25 @@ def test_rollout_and_eval_with_gold_and_junk(tiny_model, tmp_path, reply, expect
                          "--limit", "3", "--n", "1", *common)  # fmt: skip
     assert evaluated.exit_code == 0, evaluated.output
     assert json.loads(evaluated.stdout)["eval"]["overall"]["pass@1"] == expected
+
+
+def test_miss_func_rollout_with_gold_shows_the_function_only_when_added(tiny_model, tmp_path):
+    recipe = "bfcl:multi_turn_miss_func"
+    script = _script(tmp_path, load_config(recipe), gold_multi_turn)
+    out = tmp_path / "rollout.jsonl"
+    result = agentfly("rollout", recipe, "--limit", "2", "--n", "1", "--out", out, "--model",
+                      tiny_model, "--backend", "scripted", "--script", script, "--quiet",
+                      "--set", "rollout.max_total_tokens=32768")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    chat = ChatTemplate.load(str(tiny_model))
+    for chain in read_trajectories(out):
+        assert chain.reward == 1.0, (chain.task["id"], chain.reward_extras)
+        unlisted = chain.task["unlisted_tools"]
+        docs = [t["function"]["description"] for t in chain.task["tools"]
+                if t["function"]["name"] in unlisted]  # fmt: skip
+        first, whole = chat.decode(chain.ids[: chain.turns[0].end]), chat.decode(chain.ids)
+        assert docs and all(d not in first and d in whole for d in docs)
+        assert any(c.name in unlisted and c.status == "ok" for c in chain.tool_calls)
 
 
 def test_train_takes_rl_steps(tiny_model, tmp_path):
