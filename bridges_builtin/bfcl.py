@@ -1,6 +1,8 @@
-"""The bfcl bridge: BFCL's single-turn function-calling categories as recipes
+"""The bfcl bridge: BFCL's function-calling categories as recipes
 (``agentfly train bfcl:simple_python``), each row bringing its own tools, scored by BFCL's own
-AST checker (the reward ``bfcl_ast``).
+AST checker (the reward ``bfcl_ast``); and its multi-turn categories
+(``bfcl:multi_turn_base``), played on per-episode API instances (the env ``bfcl_api``) and
+scored by BFCL's multi-turn checks (the reward ``bfcl_multi_turn``).
 
 bfcl-eval's full install pulls 1.9 GB (torch, faiss, sentence-transformers) and pins numpy
 1.26.4; the bridge needs only its data and checkers, so it is installed without its
@@ -28,14 +30,23 @@ def register_recipes(register):
     register(
         "bfcl",
         RecipeFamily(build=build, param="CATEGORY"),
-        "a BFCL single-turn category (simple_python, multiple, parallel, live_simple, "
-        "irrelevance, ...): each task's own tools, pythonic calls, BFCL's AST checker; needs "
-        "pip install --no-deps bfcl-eval==2026.3.23",
+        "a BFCL category: single-turn (simple_python, multiple, parallel, irrelevance, ...: "
+        "each task's own tools, BFCL's AST checker) or multi-turn (multi_turn_base, "
+        "_miss_func, _miss_param, _long_context: user turns, per-episode API state, BFCL's "
+        "multi-turn checker); needs pip install --no-deps bfcl-eval==2026.3.23",
     )
 
 
 @hookimpl
 def register_rewards(register):
-    from bridges_builtin.bfcl_reward import bfcl_ast
+    from bridges_builtin.bfcl_reward import bfcl_ast, bfcl_multi_turn
 
     register(bfcl_ast)
+    register(bfcl_multi_turn)
+
+
+@hookimpl
+def register_envs(register):
+    from bridges_builtin.bfcl_api_env import BFCL_API
+
+    register(BFCL_API)

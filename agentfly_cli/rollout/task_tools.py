@@ -4,9 +4,11 @@ A row's tools are schemas without an implementation. Each becomes a :class:`Tool
 arguments are checked against the row's schema (a bad call is an ``invalid_arguments`` error
 observation, as for any tool) and whose call does what ``rollout.task_tools.on_call`` says:
 ``end`` the chain after the turn (finish ``declared_call``), answer with a ``mock``, or send
-the call to an ``env``. A chain's :class:`ToolSet` (schemas for the template, the parser, the
-callable tools) is built once per distinct tool set and kept by its content, so a thousand
-rows with a thousand tool sets cost a thousand small builds, not a thousand per turn.
+the call to an ``env``. A row's ``unlisted_tools`` names tools of its own that are callable
+but not rendered (a later user turn describes them). A chain's :class:`ToolSet` (schemas
+for the template, the parser, the callable tools) is built once per distinct tool set and
+kept by its content, so a thousand rows with a thousand tool sets cost a thousand small
+builds, not a thousand per turn.
 """
 
 from __future__ import annotations
@@ -21,11 +23,15 @@ from typing import Any
 from agentfly_cli.chat.tool_visibility import warn_if_tools_unseen
 from agentfly_cli.components.schema import JsonSchemaArguments
 from agentfly_cli.components.tools import Tool, ToolResult
+from agentfly_cli.errors import UserError
 from agentfly_cli.rollout.task_tool_schemas import row_tool_schemas
 from agentfly_cli.settings.rollout import TaskToolsSettings
 from agentfly_cli.trajectory import FINISH_REASONS
 
 MOCK_FIELD = "mock_results"  # a row's {tool name: observation} for on_call: mock
+#: a row's tool names that are callable but not rendered by the template (a later user turn
+#: describes them, as BFCL's miss_func adds held-out functions in a user message)
+UNLISTED_FIELD = "unlisted_tools"
 CACHE_SIZE = 4096  # tool sets kept (by content)
 
 
@@ -89,30 +95,36 @@ class TaskTools:
         if raw is None or raw == [] or raw == "":
             return self.base
         mocks = task.get(MOCK_FIELD) if self.settings.on_call == "mock" else None
+        unlisted = task.get(UNLISTED_FIELD)
         seen = self._by_id.get(id(raw))  # the same row again (its n chains, a later epoch)
-        if seen is not None and seen[0] is raw and seen[1] is mocks:
-            return seen[2]
-        key = _content_key(raw, mocks)
+        if seen is not None and seen[0] is raw and seen[1] is mocks and seen[2] is unlisted:
+            return seen[3]
+        key = _content_key(raw, mocks) + ("\0" + json.dumps(unlisted) if unlisted else "")
         found = self._sets.get(key)
         if found is not None:
             self._sets.move_to_end(key)
         else:
             row = row_tool_schemas(task, self.field, set(self.base.tools), where)
-            found = self._build(row, mocks if isinstance(mocks, Mapping) else {})
+            hidden = _unlisted(unlisted, {s["function"]["name"] for s in row}, where)
+            found = self._build(row, mocks if isinstance(mocks, Mapping) else {}, hidden)
             _put(self._sets, key, found)
-        _put(self._by_id, id(raw), (raw, mocks, found))
+        _put(self._by_id, id(raw), (raw, mocks, unlisted, found))
         return found
 
-    def _build(self, row: list[dict[str, Any]], mocks: Mapping[str, Any]) -> ToolSet:
+    def _build(
+        self, row: list[dict[str, Any]], mocks: Mapping[str, Any], hidden: frozenset[str]
+    ) -> ToolSet:
         if not row:
             return self.base
-        schemas = [*(self.base.schemas or []), *row]
+        every = [*(self.base.schemas or []), *row]
+        schemas = [s for s in every if s["function"]["name"] not in hidden] or None
         if not self._visibility_checked:
             self._visibility_checked = True
             warn_if_tools_unseen(self.chat, schemas, self._parser_name)
         functions = {schema["function"]["name"]: schema["function"] for schema in row}
         tools = _Tools(self.base.tools, functions, lambda f: self._declared_tool(f, mocks))
-        return ToolSet(schemas, self._typed_parser(schemas), tools, frozenset(functions))
+        # the parser reads every callable tool, the template renders the listed ones
+        return ToolSet(schemas, self._typed_parser(every), tools, frozenset(functions))
 
     def _typed_parser(self, schemas: list[dict[str, Any]] | None) -> Any:
         if self._with_tools is not None and schemas:
@@ -194,6 +206,19 @@ class _Packed:
 
     def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
         return {"arguments": self.spec.validate(arguments)}
+
+
+def _unlisted(value: Any, names: set[str], where: str) -> frozenset[str]:
+    """A row's ``unlisted_tools``: names of its own tools (a UserError naming ``where`` else)."""
+    if value is None:
+        return frozenset()
+    if not isinstance(value, list) or not all(isinstance(n, str) for n in value):
+        raise UserError(f"{where}: '{UNLISTED_FIELD}' must be a list of the row's tool names")
+    unknown = sorted(set(value) - names)
+    if unknown:
+        raise UserError(f"{where}: '{UNLISTED_FIELD}' names {', '.join(unknown)}, which are not "
+                        "among the row's tools")  # fmt: skip
+    return frozenset(value)
 
 
 def _put(cache: OrderedDict, key: Any, value: Any) -> None:

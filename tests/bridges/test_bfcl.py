@@ -73,8 +73,8 @@ def test_irrelevance_is_right_when_nothing_is_called():
 
 
 def test_an_unknown_category_or_a_missing_library_is_one_line(monkeypatch):
-    with pytest.raises(UserError, match="not a single-turn category; pick one of: simple_python"):
-        load_config("bfcl:multi_turn_base")
+    with pytest.raises(UserError, match="not one built here; pick one of: simple_python.*multi_"):
+        load_config("bfcl:multi_turn_nope")
     monkeypatch.setattr(bfcl_data.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(UserError, match=r"needs bfcl-eval .*pip install --no-deps bfcl-eval"):
         load_config("bfcl:simple_python")

@@ -301,3 +301,16 @@ def test_row_tools_on_the_real_qwen25_template_are_token_exact():
     rendered = chat.encode_text(chat.render_text(messages, schemas))
     assert rendered[: len(trajectory.ids)] == trajectory.ids
     assert chat.decode(rendered[len(trajectory.ids) :]).strip() == ""
+
+
+def test_unlisted_row_tools_are_callable_but_not_rendered(chat):
+    script = [[call("get_weather", city="Oslo")]]
+    task = {"question": "Weather?", "tools": [AREA, WEATHER], "unlisted_tools": ["get_weather"]}
+    [trajectory] = run(engine_for(chat, script), [task])
+    prompt = chat.decode(trajectory.ids[: trajectory.turns[0].end])
+    assert "geometry.triangle_area" in prompt and "get_weather" not in prompt
+    [record] = trajectory.tool_calls
+    assert (record.name, record.status) == ("get_weather", "ok")
+    assert trajectory.finish_reason == "declared_call"
+    with pytest.raises(UserError, match="'unlisted_tools' names nope, which are not among"):
+        engine_for(chat, script).task_tools.for_task({**task, "unlisted_tools": ["nope"]})
