@@ -11,7 +11,9 @@ import pytest
 from agentfly_cli.plugin_host import hookspecs
 from tests.helpers.paths import REPO_ROOT
 
-NUMBERS = "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen".split()
+NUMBERS = (
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen"
+).split()
 
 
 def read(path: str) -> str:
