@@ -31,7 +31,7 @@ help:
 	@echo "make install-ray  add Ray for env pools on a Ray cluster (provider: ray)"
 	@echo "make install-openenv  an OpenEnv server venv (.venv-openenv, openenv-core) for the openenv bridge's tests"
 	@echo "make install-verifiers  verifiers 0.3 and 0.4 venvs (.venv-verifiers-0.3, .venv-verifiers-0.4) for the verifiers bridge"
-	@echo "make install-bridges  the env-library bridges: extras (reasoning-gym, humaneval, textarena, bfcl) and the openenv and verifiers venvs"
+	@echo "make install-bridges  the env-library bridges: extras (reasoning-gym, humaneval, textarena, bfcl), the openenv and verifiers-0.3 venvs"
 	@echo "make demo       the main job (see README)"
 	@echo "make test       the test suite on every core (fast tests; serial: TEST_JOBS=0; slow ones: make test-slow)"
 	@echo "make lint       ruff"
