@@ -54,14 +54,7 @@ def build(param: str | None, options: Mapping[str, Any]) -> dict[str, Any]:
             "max_total_tokens": 4096,
             "temperature": 1.0,
         },
-        "trainer": {
-            "steps": 20,
-            "tasks_per_step": 4,
-            "micro_batch_tokens": 2048,
-            "algorithm": {"advantage": "grpo", "policy_loss": "ppo"},
-            "backend": {"name": "torch", "lr": 8.0e-6, "gradient_checkpointing": True},
-            "warm_start": {"enabled": False},
-        },
+        "trainer": _trainer(micro_batch_tokens=2048),
         "check": {"gold": "bridges_builtin.bfcl_data:gold_responses"},
     }
 
@@ -99,13 +92,18 @@ def build_multi_turn(category: str) -> dict[str, Any]:
             "max_total_tokens": 8192,  # gold episodes: ~4.5k smollm2 tokens, tools included
             "temperature": 1.0,
         },
-        "trainer": {
-            "steps": 20,
-            "tasks_per_step": 4,
-            "micro_batch_tokens": 8192,
-            "algorithm": {"advantage": "grpo", "policy_loss": "ppo"},
-            "backend": {"name": "torch", "lr": 8.0e-6, "gradient_checkpointing": True},
-            "warm_start": {"enabled": False},
-        },
+        "trainer": _trainer(micro_batch_tokens=8192),
         "check": {"gold": "bridges_builtin.bfcl_multi:gold_multi_turn"},
+    }
+
+
+def _trainer(micro_batch_tokens: int) -> dict[str, Any]:
+    """The trainer section both kinds of BFCL recipe share (GRPO on SmolLM2, no warm start)."""
+    return {
+        "steps": 20,
+        "tasks_per_step": 4,
+        "micro_batch_tokens": micro_batch_tokens,
+        "algorithm": {"advantage": "grpo", "policy_loss": "ppo"},
+        "backend": {"name": "torch", "lr": 8.0e-6, "gradient_checkpointing": True},
+        "warm_start": {"enabled": False},
     }

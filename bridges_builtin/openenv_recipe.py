@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentfly_cli.errors import UserError
-from agentfly_cli.recipes.families import tasks_file, write_tasks
+from agentfly_cli.recipes.families import tasks_file, whole_option, write_tasks
 from bridges_builtin.openenv_client import TRANSPORTS, OpenEnvError, schema
 
 DEFAULT_SIZE = 100
@@ -14,13 +14,6 @@ SYSTEM_PROMPT = (
     "You act in an environment. Read what it says, then take one action per turn on one line "
     "as ACT: <action>."
 )
-
-
-def _whole(options: Mapping[str, Any], key: str, default: int, low: int) -> int:
-    value = options.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise UserError(f"--set openenv.{key}={value!r}: give a whole number >= {low}")
-    return value
 
 
 def text_field(action_schema: Mapping[str, Any]) -> str | None:
@@ -54,10 +47,10 @@ def build(param: str | None, options: Mapping[str, Any]) -> dict[str, Any]:
     transport = options.get("transport", "ws")
     if transport not in TRANSPORTS:
         raise UserError(f"--set openenv.transport={transport!r}: give ws or http")
-    size = _whole(options, "size", DEFAULT_SIZE, 2)
-    seed = _whole(options, "seed", 0, 0)
-    sessions = _whole(options, "sessions", 1, 1)
-    turns = _whole(options, "max_turns", 10, 1)
+    size = whole_option("openenv", options, "size", DEFAULT_SIZE, 2)
+    seed = whole_option("openenv", options, "seed", 0, 0)
+    sessions = whole_option("openenv", options, "sessions", 1, 1)
+    turns = whole_option("openenv", options, "max_turns", 10, 1)
     field = options.get("field")
     if field is None:  # the action's text field, from the server's schema
         try:

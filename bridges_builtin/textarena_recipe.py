@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from agentfly_cli.errors import UserError
-from agentfly_cli.recipes.families import tasks_file, write_tasks
+from agentfly_cli.recipes.families import tasks_file, whole_option, write_tasks
 
 DEFAULT_SIZE = 200
 MAX_TURNS_CAP = 30  # a game's own turn limit, but never more chains' turns than this
@@ -14,13 +13,6 @@ SYSTEM_PROMPT = (
     "You play a game. Read the rules, then make one move per turn on one line as "
     "MOVE: <move>, written exactly as the game asks (for example MOVE: [5])."
 )
-
-
-def _whole(options: Mapping[str, Any], key: str, default: int, low: int) -> int:
-    value = options.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise UserError(f"--set textarena.{key}={value!r}: give a whole number >= {low}")
-    return value
 
 
 def game_turns(game_id: str) -> int:
@@ -40,8 +32,8 @@ def build(param: str | None, options: Mapping[str, Any]) -> dict[str, Any]:
     from bridges_builtin.textarena_tasks import SOLVERS, game_rows
 
     game_id = check_game(param, "textarena:GAME")
-    size = _whole(options, "size", DEFAULT_SIZE, 2)
-    seed = _whole(options, "seed", 0, 0)
+    size = whole_option("textarena", options, "size", DEFAULT_SIZE, 2)
+    seed = whole_option("textarena", options, "seed", 0, 0)
     key = {"game": game_id, "size": size, "seed": seed, "textarena": textarena.__version__}
     path = write_tasks(
         tasks_file("textarena", game_id, key), lambda: game_rows(game_id, size, seed)

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentfly_cli.errors import UserError
-from agentfly_cli.recipes.families import tasks_file, write_tasks
+from agentfly_cli.recipes.families import tasks_file, whole_option, write_tasks
 
 DEFAULT_SIZE = 200
 
@@ -37,9 +37,7 @@ def build(param: str | None, options: Mapping[str, Any]) -> dict[str, Any]:
         raise UserError("verifiers:ENV_ID needs an environment id, e.g. verifiers:my-env")
     api = str(options.get("api", "0.3"))
     venv_python(api)  # a missing venv is one line before anything runs
-    size = options.get("size", DEFAULT_SIZE)
-    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-        raise UserError(f"--set verifiers.size={size!r}: give a whole number >= 1")
+    size = whole_option("verifiers", options, "size", DEFAULT_SIZE, 1)
     key = {"env": param, "api": api, "size": size}
     path = write_tasks(tasks_file("verifiers", param, key), lambda: _rows(param, api, size))
     return {

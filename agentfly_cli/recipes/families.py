@@ -67,6 +67,15 @@ def check_options(name: str, family: RecipeFamily, options: Mapping[str, Any]) -
         raise UserError(f"--set {name}.{unknown[0]}: unknown option of {name}; options: {allowed}")
 
 
+def whole_option(family: str, options: Mapping[str, Any], key: str, default: int, low: int) -> int:
+    """The whole-number option ``--set FAMILY.KEY=N`` (``default`` when unset), at least ``low``;
+    anything else is one ``UserError`` line."""
+    value = options.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise UserError(f"--set {family}.{key}={value!r}: give a whole number >= {low}")
+    return value
+
+
 def tasks_file(family: str, label: str, key: Mapping[str, Any]) -> Path:
     """Where a family keeps the tasks of one recipe: ``$AGENTFLY_CACHE/tasks/<family>/
     <label>-<hash of key>.jsonl``; ``key`` holds everything the rows depend on (the parameter,
