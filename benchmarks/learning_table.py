@@ -20,6 +20,11 @@ its newest checkpoint (``--resume``; the warm start's model is reused). All reci
 a 2-core CPU: run one at a time (``--recipes search_qa``) and commit ``docs/learning/`` after
 each.
 
+The default recipes are the packaged ones; the bridges' rows (``BRIDGE_RECIPES``: the
+environment libraries' own tasks, after ``make install-bridges``) run when named, e.g.
+``--recipes reasoning_gym:chain_sum,bfcl:simple_python``; their folders and plots use ``_`` for
+the ``:``.
+
 Run: .venv/bin/python benchmarks/learning_table.py [--recipes code_math,search_qa]
      [--out docs/learning] [--runs runs/learning] [--redo | --redo-train] [--model M]
      [--set KEY=VALUE ...] [--table-only]
@@ -46,6 +51,14 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ["code_math", "search_qa", "chess_puzzles", "textworld", "scienceworld", "calculator"]
+# the environment libraries' own tasks (docs/environments.md; `make install-bridges` first)
+BRIDGE_RECIPES = [
+    "reasoning_gym:chain_sum",
+    "bfcl:simple_python",
+    "textarena:GuessTheNumber-v0",
+    "humaneval",
+]
+ALL_RECIPES = RECIPES + BRIDGE_RECIPES
 EVAL_N = 4  # chains per held-out task, as the trainer's held-out eval (trainer.eval.n)
 EVAL_EVERY = 10  # held-out evals of a training run: before it, every 10 steps and after it
 SAVE_EVERY = 5  # checkpoints, so that a run cut by the end of a session resumes (--resume)
@@ -210,6 +223,11 @@ def run_settings(config: dict[str, Any]) -> dict[str, Any]:
 
 
 # ---- running one recipe ----------------------------------------------------------------------
+def folder_name(recipe: str) -> str:
+    """A recipe's run folder and plot name: ``bfcl:simple_python`` -> ``bfcl_simple_python``."""
+    return recipe.replace(":", "_")
+
+
 def run_recipe(
     recipe: str,
     row: dict[str, Any],
@@ -226,7 +244,7 @@ def run_recipe(
     ``extend``: a finished training run continues from its newest checkpoint to the steps
     its command asks for now (a recipe whose ``trainer.steps`` grew). ``redo_train``: train
     again from scratch (new RL settings), keeping the base model's eval."""
-    run = runs / recipe
+    run = runs / folder_name(recipe)
     if redo:
         shutil.rmtree(run, ignore_errors=True)
         row.pop("phases", None)
@@ -397,7 +415,7 @@ def plot(recipe: str, row: dict[str, Any], out: Path) -> Path | None:
     axis.set(xlabel="RL step", ylabel="held-out score", title=recipe, ylim=(0, 1.05))
     axis.legend(loc="best")  # clear of the curves
     axis.grid(alpha=0.3)
-    path = out / f"{recipe}.png"
+    path = out / f"{folder_name(recipe)}.png"
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)
@@ -451,15 +469,16 @@ def main(argv: list[str] | None = None) -> int:
     for item in args.sets:
         extra += ["--set", item]
     recipes = [name.strip() for name in args.recipes.split(",") if name.strip()]
-    unknown = [name for name in recipes if name not in RECIPES]
+    unknown = [name for name in recipes if name not in ALL_RECIPES]
     if unknown:
-        print(f"error: unknown recipe {unknown[0]!r}; the table has {', '.join(RECIPES)}")
+        print(f"error: unknown recipe {unknown[0]!r}; the table has {', '.join(ALL_RECIPES)}")
         return 2
     if args.table_only:  # recompute the finished rows from their run folders where present
         for recipe, row in table["recipes"].items():
             train = row.get("phases", {}).get("train", {})
-            if train.get("done") and (runs / recipe / "train" / "metrics.jsonl").is_file():
-                train.update(read_train(runs / recipe))
+            run = runs / folder_name(recipe)
+            if train.get("done") and (run / "train" / "metrics.jsonl").is_file():
+                train.update(read_train(run))
     else:
         for recipe in recipes:
             row = table["recipes"].setdefault(recipe, {})

@@ -109,7 +109,9 @@ def category_rows(category: str) -> list[dict[str, Any]]:
     for entry in entries:
         if category not in NO_CALL_CATEGORIES + ANY_CALL_CATEGORIES and entry["id"] not in answers:
             continue  # an entry BFCL itself cannot score
-        rows.append(entry_row(entry, answers.get(entry["id"]), category))
+        row = entry_row(entry, answers.get(entry["id"]), category)
+        row["solution"] = gold_responses(row)[0]  # the warm start's script: "{solution}"
+        rows.append(row)
     return rows
 
 

@@ -34,7 +34,7 @@ def build(param: str | None, options: Mapping[str, Any]) -> dict[str, Any]:
             + ", ".join([*AST_CATEGORIES, *MULTI_TURN_CATEGORIES])
         )
     rows = category_rows(str(param))  # one line naming the categories for an unknown one
-    key = {"category": param, "bfcl-eval": version("bfcl-eval")}
+    key = {"category": param, "bfcl-eval": version("bfcl-eval"), "layout": 2}  # 2: solution
     path = write_tasks(tasks_file("bfcl", str(param), key), lambda: rows)
     return {
         "name": f"bfcl:{param}",
@@ -54,7 +54,12 @@ def build(param: str | None, options: Mapping[str, Any]) -> dict[str, Any]:
             "max_total_tokens": 4096,
             "temperature": 1.0,
         },
-        "trainer": _trainer(micro_batch_tokens=2048),
+        "trainer": _trainer(
+            micro_batch_tokens=2048,
+            # the possible answers' calls, one reply per task; rows BFCL rejects are dropped.
+            # SmolLM2 writes no call before it (0.0 held out), 0.375 after (docs/learning.md)
+            warm_start={"enabled": True, "responses": ["{solution}"], "limit": 160},
+        ),
         "check": {"gold": "bridges_builtin.bfcl_data:gold_responses"},
     }
 
@@ -97,13 +102,13 @@ def build_multi_turn(category: str) -> dict[str, Any]:
     }
 
 
-def _trainer(micro_batch_tokens: int) -> dict[str, Any]:
-    """The trainer section both kinds of BFCL recipe share (GRPO on SmolLM2, no warm start)."""
+def _trainer(micro_batch_tokens: int, warm_start: dict | None = None) -> dict[str, Any]:
+    """The trainer section both kinds of BFCL recipe share (GRPO on SmolLM2)."""
     return {
         "steps": 20,
         "tasks_per_step": 4,
         "micro_batch_tokens": micro_batch_tokens,
         "algorithm": {"advantage": "grpo", "policy_loss": "ppo"},
         "backend": {"name": "torch", "lr": 8.0e-6, "gradient_checkpointing": True},
-        "warm_start": {"enabled": False},
+        "warm_start": warm_start or {"enabled": False},
     }

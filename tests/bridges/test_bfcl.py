@@ -118,17 +118,22 @@ def test_rollout_and_eval_with_gold_and_junk(tiny_model, tmp_path, category, rep
     assert json.loads(evaluated.stdout)["eval"]["overall"]["pass@1"] == expected
 
 
-def test_train_takes_rl_steps(tiny_model, tmp_path):
+def test_train_warm_starts_on_the_possible_answers_then_takes_rl_steps(tiny_model, tmp_path):
     run = tmp_path / "run"
     result = agentfly(
         "train", "bfcl:simple_python", "--model", tiny_model, "--out", run, "--quiet",
         "--set", "trainer.steps=2", "--set", "trainer.tasks_per_step=2", "--set", "rollout.n=2",
-        "--set", "rollout.max_tokens_per_turn=8", "--set", "trainer.eval.every=0",
-        "--set", "trainer.telemetry.sinks=[jsonl]",
+        "--set", "trainer.eval.every=0", "--set", "trainer.telemetry.sinks=[jsonl]",
+        "--set", "trainer.warm_start.limit=4",  # solutions need the recipe's reply length
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [line["step"] for line in lines] == [1, 2]
+    # the recipe warm-starts by default: each task's solution, played and scored by BFCL's checker
+    chains = [json.loads(x) for x in (run / "warm_start" / "chains.jsonl").open()]
+    assert len(chains) == 4 and all(c["reward"] == 1.0 for c in chains)
+    replies = [[m["content"] for m in c["messages"] if m["role"] == "assistant"] for c in chains]
+    assert replies == [[c["task"]["solution"]] for c in chains]
 
 
 def test_recipes_check_passes_on_two_categories():

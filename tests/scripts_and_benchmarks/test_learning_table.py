@@ -124,3 +124,14 @@ def test_a_tiny_row_runs_resumes_and_writes_json_markdown_and_png(table, tiny_mo
 def test_an_unknown_recipe_is_refused(table, tmp_path, capsys):
     assert table.main(["--recipes", "chess", "--out", str(tmp_path)]) == 2
     assert "unknown recipe 'chess'" in capsys.readouterr().out
+
+
+def test_a_bridge_row_is_accepted_and_its_files_use_no_colon(table, tmp_path):
+    assert table.main(["--recipes", "bfcl:simple_python", "--out", str(tmp_path),
+                       "--runs", str(tmp_path / "runs"), "--table-only"]) == 0  # fmt: skip
+    curve = [{"step": 0, "mean": 0.2, "stderr": 0.05, "pass@1": 0.2},
+             {"step": 10, "mean": 0.5, "stderr": 0.05, "pass@1": 0.5}]  # fmt: skip
+    row = {"phases": {"train": {"done": True, "curve": curve}}}
+    path = table.plot("bfcl:simple_python", row, tmp_path)
+    assert path == tmp_path / "bfcl_simple_python.png" and path.stat().st_size > 5000
+    assert table.folder_name("reasoning_gym:chain_sum") == "reasoning_gym_chain_sum"
