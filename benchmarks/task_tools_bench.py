@@ -158,11 +158,20 @@ def make_engine(case: dict, replies=None) -> RolloutEngine:
     )  # fmt: skip
 
 
-def render_parse(case: dict, rows: list[dict], texts: list[str]) -> dict:
+def render_parse(case: dict, rows: list[dict], texts: list[str], warm: bool = False) -> dict:
     """The chain's steps, as the engine calls them: its tool set, the first prompt, the parse
-    and plan of one response, the call's argument check. Seconds, and per step."""
+    and plan of one response, the call's argument check. Seconds, and per step. With ``warm``,
+    first ``RolloutEngine.warm_prompts`` (as ``run`` calls it), timed apart (``warm_*``)."""
     engine = make_engine(case)
     steps = {"tool_set": 0.0, "render": 0.0, "parse": 0.0, "call": 0.0}
+    warmed = {}
+    if warm:
+        started, cpu = time.perf_counter(), time.process_time()
+        with _fewer_gc_passes(engine.settings.gc_threshold):
+            engine.task_tools.check(rows, "bench")
+            engine.warm_prompts(rows)
+        warmed = {"warm_seconds": time.perf_counter() - started,
+                  "warm_cpu_s": time.process_time() - cpu}  # fmt: skip
     calls_ok = 0
 
     async def go():
@@ -190,7 +199,8 @@ def render_parse(case: dict, rows: list[dict], texts: list[str]) -> dict:
         asyncio.run(go())
     total, cpu = time.perf_counter() - started, time.process_time() - cpu
     assert calls_ok == len(rows), f"only {calls_ok} of {len(rows)} calls passed their schema"
-    return {"seconds": total, "cpu_s": cpu, **{f"{k}_s": v for k, v in steps.items()}}
+    steps_s = {f"{k}_s": v for k, v in steps.items()}
+    return {"seconds": total, "cpu_s": cpu, **steps_s, **warmed}
 
 
 def engine_run(case: dict, rows: list[dict], texts: list[str]) -> dict:
@@ -231,26 +241,45 @@ def measure(case: dict, rows: list[dict], repeats: int) -> dict:
         "distinct": [call_text(r, case["parser"], i) for i, r in enumerate(distinct)],
         "shared": [call_text(r, case["parser"], i) for i, r in enumerate(shared)],
     }
+    texts["distinct_warm"] = texts["distinct"]
     runs: dict = {name: {"render_parse": [], "engine_run": []} for name in texts}
     for _ in range(repeats):  # alternate, so that drift on a shared machine hits both
-        for name, those in (("distinct", distinct), ("shared", shared)):
-            runs[name]["render_parse"].append(render_parse(case, those, texts[name]))
+        for name, those in (
+            ("distinct", distinct),
+            ("shared", shared),
+            ("distinct_warm", distinct),
+        ):
+            warm = name == "distinct_warm"
+            runs[name]["render_parse"].append(render_parse(case, those, texts[name], warm))
         for name, those in (("shared", shared), ("distinct", distinct)):
             runs[name]["engine_run"].append(engine_run(case, those, texts[name]))
     out: dict = {"case": case["name"], "rows": len(rows), "repeats": repeats}
     for name in texts:
         out[name] = {}
         for kind, results in runs[name].items():
+            if not results:
+                continue
             middle = sorted(results, key=lambda r: r["seconds"])[len(results) // 2]
             out[name][kind] = {k: round(v, 4) for k, v in middle.items()}
             out[name][kind]["per_row_us"] = round(middle["seconds"] / len(rows) * 1e6, 1)
             out[name][kind]["all_s"] = [round(r["seconds"], 4) for r in results]
             out[name][kind]["cpu_s"] = round(statistics.median(r["cpu_s"] for r in results), 4)
             out[name][kind]["min_cpu_s"] = round(min(r["cpu_s"] for r in results), 4)
+            if "warm_cpu_s" in middle:
+                out[name][kind]["warm_min_cpu_s"] = round(min(r["warm_cpu_s"] for r in results), 4)
+                total = min(r["cpu_s"] + r["warm_cpu_s"] for r in results)
+                out[name][kind]["with_warm_min_cpu_s"] = round(total, 4)
     for kind in ("render_parse", "engine_run"):
         for clock, suffix in (("seconds", ""), ("cpu_s", "_cpu"), ("min_cpu_s", "_min_cpu")):
             ratio = out["distinct"][kind][clock] / out["shared"][kind][clock]
             out[f"ratio_{kind}{suffix}"] = round(ratio, 3)
+    shared_min = out["shared"]["render_parse"]["min_cpu_s"]
+    warmed = out["distinct_warm"]["render_parse"]
+    # the rollout path after RolloutEngine.warm_prompts, and the same with the warm-up counted
+    out["ratio_render_parse_min_cpu_warmed"] = round(warmed["min_cpu_s"] / shared_min, 3)
+    out["ratio_render_parse_min_cpu_with_warm_up"] = round(
+        warmed["with_warm_min_cpu_s"] / shared_min, 3
+    )
     new_text = min(tokenize_new_text(case, rows) for _ in range(repeats))
     out["tokenize_new_text_cpu_s"] = round(new_text, 4)
     beyond = out["distinct"]["render_parse"]["min_cpu_s"] - new_text

@@ -72,6 +72,25 @@ class TextEncoder:
             return self._backend_ids(text)
         return self._slow(text)
 
+    def warm(self, texts: list[str]) -> int:
+        """Encode the uncached pieces of ``texts`` in one ``encode_batch`` (every core, no GIL),
+        so that a later :meth:`encode` of them is cache lookups. Returns the pieces encoded.
+        The ids are the same: each piece is encoded on its own either way."""
+        if self.splitter is None:
+            return 0
+        new: dict[str, None] = {}
+        for text in texts:
+            for piece in self.splitter.split(replace_surrogates(text)):
+                if piece and piece not in self._ids and piece not in self._pieces:
+                    new[piece] = None
+        pieces = list(new)[: _CACHE_LIMIT - len(self._pieces)]
+        if not pieces:
+            return 0
+        fast = getattr(self.backend, "encode_batch_fast", None) or self.backend.encode_batch
+        for piece, encoding in zip(pieces, fast(pieces, add_special_tokens=False), strict=True):
+            self._pieces[piece] = encoding.ids
+        return len(pieces)
+
     def _backend_ids(self, text: str) -> list[int]:
         """The Rust tokenizer's ids; a long text through ``encode_batch``, which releases the
         GIL (``encode`` holds it: a 1 MB message would stop every other thread for 0.5 s)."""

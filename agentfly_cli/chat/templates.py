@@ -153,6 +153,13 @@ class ChatTemplate:
             self._prompts[key] = (tools, ids)
         return list(ids)
 
+    def warm_prompts(self, prompts: list[tuple[list[dict[str, Any]], list[dict] | None]]) -> int:
+        """Tokenize the first prompts of many chains in one batch, ahead of the rollout (their
+        new text, e.g. each row's tool list, on every core): :meth:`render_prompt` then finds
+        every piece cached and gives the same ids. Returns the pieces encoded."""
+        texts = [self._framed("prompt", m, t, self._render_prompt_text) for m, t in prompts]
+        return self._encoder.warm(texts)
+
     def _render_prompt_text(self, messages, tools) -> str:
         return self.render_text(messages, tools, add_generation_prompt=True)
 

@@ -185,6 +185,7 @@ class RolloutEngine:
         """
         check_system_prompt(self.system_prompt, tasks, f"batch {batch_id}")
         self.task_tools.check(tasks, f"batch {batch_id}")
+        self.warm_prompts(tasks)
         limit = self._chain_slots()
         n = self.settings.n if n is None else n
 
@@ -217,6 +218,20 @@ class RolloutEngine:
         if self._slots is None or self._slots[0] is not loop:
             self._slots = (loop, asyncio.Semaphore(self.chain_limit))
         return self._slots[1]
+
+    def warm_prompts(self, tasks: Sequence[Mapping[str, Any]]) -> int:
+        """Tokenize the first prompts of the tasks that bring their own tools in one batch
+        (their tool lists are new text each), so that each chain's prompt is cache lookups;
+        the same ids either way. Returns the pieces encoded."""
+        if self.settings.opening_env or not self.task_tools.field:
+            return 0
+        base, prompts = self.task_tools.base, []
+        for task in tasks:
+            tools = self.task_tools.for_task(task)
+            if tools is not base:
+                messages = opening_messages(task, self.system_prompt, self.examples)
+                prompts.append((messages, tools.schemas))
+        return self.chat.warm_prompts(prompts) if prompts else 0
 
     async def run_chain(
         self,
