@@ -93,11 +93,13 @@ class WsSession:
             await self._socket.send(json.dumps({"type": kind, "data": data}))
             raw = await asyncio.wait_for(self._socket.recv(), self.timeout)
         except websockets.ConnectionClosed as error:
-            await self.close()
-            raise OpenEnvError(
-                f"{where} closed the session ({error}): is it at its max concurrent sessions? "
-                "set --set openenv.sessions to the server's max_concurrent_envs"
-            ) from error
+            raw = await self._last_word()  # a full server says why, then closes: our send
+            await self.close()  # may find it closed before that reply is read
+            if raw is None:
+                raise OpenEnvError(
+                    f"{where} closed the session ({error}): is it at its max concurrent "
+                    "sessions? set --set openenv.sessions to the server's max_concurrent_envs"
+                ) from error
         except TimeoutError as error:
             await self.close()
             raise OpenEnvError(f"{where} did not answer within {self.timeout:g} s") from error
@@ -112,6 +114,16 @@ class WsSession:
                 await self.close()
             raise OpenEnvError(f"{where} said {code}: {detail.get('message', '')}")
         return _result(message.get("data"), self.url)
+
+    async def _last_word(self) -> str | None:
+        """A message the server sent before it closed, still unread; None when there is none."""
+        if self._socket is None:
+            return None
+        try:
+            raw = await asyncio.wait_for(self._socket.recv(), 0.5)
+        except (TimeoutError, OSError, websockets.WebSocketException):
+            return None
+        return raw if isinstance(raw, str) else None
 
     async def reset(self, options: dict[str, Any]) -> dict[str, Any]:
         return await self._send("reset", options)
