@@ -46,6 +46,7 @@ from agentfly_cli.backends.base import Backend, Generation  # noqa: E402
 from agentfly_cli.chat.parsers import get_parser  # noqa: E402
 from agentfly_cli.chat.templates import ChatTemplate  # noqa: E402
 from agentfly_cli.rollout.engine import RolloutEngine, _Chain, _fewer_gc_passes  # noqa: E402
+from agentfly_cli.rollout.prompt_warmup import warm_first_prompts  # noqa: E402
 from agentfly_cli.rollout.tasks import opening_messages  # noqa: E402
 from agentfly_cli.rollout.turn_plan import parse_turn, plan_turn  # noqa: E402
 from agentfly_cli.settings.rollout import RolloutSettings  # noqa: E402
@@ -161,7 +162,7 @@ def make_engine(case: dict, replies=None) -> RolloutEngine:
 def render_parse(case: dict, rows: list[dict], texts: list[str], warm: bool = False) -> dict:
     """The chain's steps, as the engine calls them: its tool set, the first prompt, the parse
     and plan of one response, the call's argument check. Seconds, and per step. With ``warm``,
-    first ``RolloutEngine.warm_prompts`` (as ``run`` calls it), timed apart (``warm_*``)."""
+    first ``warm_first_prompts`` (as ``run`` calls it), timed apart (``warm_*``)."""
     engine = make_engine(case)
     steps = {"tool_set": 0.0, "render": 0.0, "parse": 0.0, "call": 0.0}
     warmed = {}
@@ -169,7 +170,7 @@ def render_parse(case: dict, rows: list[dict], texts: list[str], warm: bool = Fa
         started, cpu = time.perf_counter(), time.process_time()
         with _fewer_gc_passes(engine.settings.gc_threshold):
             engine.task_tools.check(rows, "bench")
-            engine.warm_prompts(rows)
+            warm_first_prompts(engine, rows)
         warmed = {"warm_seconds": time.perf_counter() - started,
                   "warm_cpu_s": time.process_time() - cpu}  # fmt: skip
     calls_ok = 0
@@ -275,7 +276,7 @@ def measure(case: dict, rows: list[dict], repeats: int) -> dict:
             out[f"ratio_{kind}{suffix}"] = round(ratio, 3)
     shared_min = out["shared"]["render_parse"]["min_cpu_s"]
     warmed = out["distinct_warm"]["render_parse"]
-    # the rollout path after RolloutEngine.warm_prompts, and the same with the warm-up counted
+    # the rollout path after warm_first_prompts, and the same with the warm-up counted
     out["ratio_render_parse_min_cpu_warmed"] = round(warmed["min_cpu_s"] / shared_min, 3)
     out["ratio_render_parse_min_cpu_with_warm_up"] = round(
         warmed["with_warm_min_cpu_s"] / shared_min, 3

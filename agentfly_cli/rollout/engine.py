@@ -29,6 +29,7 @@ from agentfly_cli.envs.manager import ResourceManager
 from agentfly_cli.envs.pool import EnvConfigError
 from agentfly_cli.files.surrogates import replace_surrogates
 from agentfly_cli.rollout.opening import check_opening_env, speak_first
+from agentfly_cli.rollout.prompt_warmup import warm_first_prompts
 from agentfly_cli.rollout.reward_channel import call_info, tool_reports
 from agentfly_cli.rollout.task_tools import TaskTools, ToolSet
 from agentfly_cli.rollout.tasks import check_system_prompt, opening_messages
@@ -185,7 +186,7 @@ class RolloutEngine:
         """
         check_system_prompt(self.system_prompt, tasks, f"batch {batch_id}")
         self.task_tools.check(tasks, f"batch {batch_id}")
-        self.warm_prompts(tasks)
+        warm_first_prompts(self, tasks)
         limit = self._chain_slots()
         n = self.settings.n if n is None else n
 
@@ -218,20 +219,6 @@ class RolloutEngine:
         if self._slots is None or self._slots[0] is not loop:
             self._slots = (loop, asyncio.Semaphore(self.chain_limit))
         return self._slots[1]
-
-    def warm_prompts(self, tasks: Sequence[Mapping[str, Any]]) -> int:
-        """Tokenize the first prompts of the tasks that bring their own tools in one batch
-        (their tool lists are new text each), so that each chain's prompt is cache lookups;
-        the same ids either way. Returns the pieces encoded."""
-        if self.settings.opening_env or not self.task_tools.field:
-            return 0
-        base, prompts = self.task_tools.base, []
-        for task in tasks:
-            tools = self.task_tools.for_task(task)
-            if tools is not base:
-                messages = opening_messages(task, self.system_prompt, self.examples)
-                prompts.append((messages, tools.schemas))
-        return self.chat.warm_prompts(prompts) if prompts else 0
 
     async def run_chain(
         self,

@@ -1,4 +1,4 @@
-"""RolloutEngine.warm_prompts: the first prompts of rows with their own tools, tokenized in one
+"""warm_first_prompts: the first prompts of rows with their own tools, tokenized in one
 batch ahead of the rollout, give exactly the ids of the uncached path (real tokenizers)."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from agentfly_cli.backends.scripted import ScriptedBackend
 from agentfly_cli.chat.parsers import get_parser
 from agentfly_cli.chat.templates import ChatTemplate
 from agentfly_cli.rollout.engine import RolloutEngine
+from agentfly_cli.rollout.prompt_warmup import warm_first_prompts
 from agentfly_cli.rollout.tasks import opening_messages
 from agentfly_cli.settings.rollout import RolloutSettings
 from tests.helpers.realdata_paths import find_tokenizer, missing_reason
@@ -52,7 +53,7 @@ def test_warmed_prompts_are_the_uncached_ids(name, template, parser):
         pytest.skip(missing_reason())
     tasks = rows(12)
     cold, warm = engine_for(folder, template, parser), engine_for(folder, template, parser)
-    assert warm.warm_prompts(tasks) > 0
+    assert warm_first_prompts(warm, tasks) > 0
     encoder = warm.chat._encoder
 
     def no_encode(text):  # after the warm-up, a prompt is cache lookups only
@@ -67,7 +68,7 @@ def test_warmed_prompts_are_the_uncached_ids(name, template, parser):
         assert ids == cold.chat.render_prompt(messages, cold_tools)
         text = cold.chat.render_text(messages, cold_tools, add_generation_prompt=True)
         assert ids == list(cold.chat.tokenizer.encode(text, add_special_tokens=False))
-    assert warm.warm_prompts(tasks) == 0  # all cached: nothing encoded twice
+    assert warm_first_prompts(warm, tasks) == 0  # all cached: nothing encoded twice
 
 
 def test_run_warms_before_its_chains(monkeypatch):
