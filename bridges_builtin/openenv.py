@@ -27,6 +27,8 @@ OPTIONS = {
     "/schema; none: ACT: takes the action as JSON)",
     "observe": "the observation field shown to the model (default: its one string field)",
     "max_turns": "steps per episode at most (default 10)",
+    "gold": "module:function or file.py:function (the task row -> its gold responses, e.g. "
+    "['ACT: 3']) for `agentfly recipes check`: OpenEnv servers ship no gold answers",
 }
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from agentfly_cli.errors import UserError
 from agentfly_cli.recipes.families import tasks_file, whole_option, write_tasks
+from agentfly_cli.rollout.check_answers import is_function_ref
 from bridges_builtin.openenv_client import TRANSPORTS, OpenEnvError, schema
 
 DEFAULT_SIZE = 100
@@ -41,6 +42,24 @@ def server_url(param: str | None, options: Mapping[str, Any]) -> str:
     return url.rstrip("/")
 
 
+def check_section(param: str | None, options: Mapping[str, Any]) -> dict[str, Any]:
+    """The recipe's ``check``: ``--set openenv.gold=MODULE:FUNCTION``, else the one line that
+    ``recipes check`` says (the server ships no gold answers)."""
+    gold = options.get("gold")
+    if gold is None:
+        return {
+            "missing": f"no gold answers for openenv:{param} (the server ships none); pass "
+            "--set openenv.gold=MODULE:FUNCTION (the task row -> its responses, e.g. "
+            "['ACT: 3']) or --gold TEMPLATE"
+        }
+    if not isinstance(gold, str) or not is_function_ref(gold):
+        raise UserError(
+            f"--set openenv.gold={gold!r}: give MODULE:FUNCTION or FILE.py:FUNCTION (the task "
+            "row -> its gold responses)"
+        )
+    return {"gold": gold}
+
+
 def build(param: str | None, options: Mapping[str, Any]) -> dict[str, Any]:
     """The settings of ``openenv:<url>``, after asking the server for its action schema."""
     url = server_url(param, options)
@@ -60,6 +79,7 @@ def build(param: str | None, options: Mapping[str, Any]) -> dict[str, Any]:
                 f"openenv:{param}: {error}; start the server first (or give --set openenv.field)"
             ) from error
     observe = options.get("observe")
+    check = check_section(param, options)
     key = {"url": url, "transport": transport, "size": size, "seed": seed, "field": field,
            "observe": observe}  # fmt: skip
     rows = [
@@ -101,6 +121,7 @@ def build(param: str | None, options: Mapping[str, Any]) -> dict[str, Any]:
             "temperature": 1.0,
             "stop": ["\n"],
         },
+        "check": check,
         "trainer": {
             "steps": 20,
             "tasks_per_step": 4,

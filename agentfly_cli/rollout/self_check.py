@@ -172,6 +172,8 @@ def check_settings(
     started = time.perf_counter()
     section = config.check
     gold = gold if gold else (section.gold if section is not None else None)
+    if not gold and section is not None and section.missing:
+        raise UserError(section.missing)  # the recipe says why it has none, and the fix
     if not gold:
         raise UserError(
             f"recipe {config.name!r} has no check section: add check: {{gold: 'ANSWER: "

@@ -28,6 +28,11 @@ class CheckSettings(BaseModel):
         "list of them (turns); played besides the built-in junk (an empty reply, \"I don't "
         "know\", an empty and a wrong answer in the gold's format, another task's gold)",
     )
+    missing: str | None = Field(
+        None,
+        description="why the recipe has no gold answer and how to give one: the one line "
+        "`recipes check` says (exit code 2) when neither check.gold nor --gold is set",
+    )
     skip_junk: list[Literal["empty", "dont_know", "blank_answer", "wrong_answer", "other_task"]] = (
         Field(
             default_factory=list,

@@ -236,3 +236,38 @@ def test_a_stuck_server_times_out_and_a_full_one_says_so():
         and result.info["done"] is True
         and "did not answer within 2 s" in result.observation
     )
+
+
+def _check(server, tiny_model, *extra: str):
+    return agentfly("recipes", "check", recipe(server), "--model", tiny_model, "--limit", "4",
+                    "--json", *flags(), *extra)  # fmt: skip
+
+
+def test_recipes_check_plays_a_given_gold_against_junk(server, tiny_model):
+    gold = "openenv.gold=tests.bridges.openenv_gold:right_guess"
+    result = _check(server, tiny_model, "--set", gold)
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)["recipes"][0]
+    assert report["tasks_checked"] == 4 and report["flagged_count"] == 0
+    assert report["gold"]["min"] == 1.0
+    assert {"empty", "dont_know", "wrong_answer", "other_task"} <= set(report["junk"])
+    assert all(kind["max"] == 0.0 for kind in report["junk"].values())
+
+
+def test_recipes_check_flags_a_wrong_gold(server, tiny_model):
+    gold = "openenv.gold=tests.bridges.openenv_gold:always_one"
+    result = _check(server, tiny_model, "--set", gold)
+    assert result.exit_code == 1, result.output
+    report = json.loads(result.stdout)["recipes"][0]
+    flagged = {task["task"] for task in report["flagged"]}
+    assert flagged == {"openenv-s1", "openenv-s2", "openenv-s3"}  # secret 1 is seed 0's only
+    assert all("under the min-gold" in task["reasons"][0] for task in report["flagged"])
+
+
+def test_recipes_check_without_gold_says_how_to_give_one(server, tiny_model):
+    result = _check(server, tiny_model)
+    assert result.exit_code == 2
+    assert f"no gold answers for {recipe(server)} (the server ships none)" in result.output
+    assert "--set openenv.gold=MODULE:FUNCTION" in result.output
+    with pytest.raises(UserError, match="give MODULE:FUNCTION"):
+        load_config(recipe(server), [*sets(), "openenv.gold=ACT: 3"])
