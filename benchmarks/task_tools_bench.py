@@ -16,9 +16,10 @@ Every run starts from a fresh ChatTemplate and engine (no cache carries over bet
 runs alternate between the two sets, and the median of --repeats runs is reported, in wall
 seconds and in this process's CPU seconds (``_cpu``), with the least CPU seconds of the runs
 (``_min_cpu``: the least disturbed run on a shared machine). ``tokenize_new_text_cpu_s`` is
-the tokenizer's own time (least of the runs) on the text that only the distinct sets have
-(their tools' JSON): work the shared set does once and the distinct sets cannot skip;
-``ratio_render_parse_min_cpu_beyond_new_text`` leaves it out.
+the engine's encoder's time (a fresh one, least of the runs) on the text that only the
+distinct sets have (their tools' JSON): work the shared set does once and the distinct sets
+cannot skip; ``ratio_render_parse_min_cpu_beyond_new_text`` leaves it out.
+``tokenize_new_text_rust_encode_cpu_s`` is the Rust tokenizer's ``encode`` on the same text.
 
 Run: python benchmarks/task_tools_bench.py [--rows 1000] [--repeats 3] [--out FILE.json]
 """
@@ -219,12 +220,14 @@ def engine_run(case: dict, rows: list[dict], texts: list[str]) -> dict:
     return {"seconds": seconds, "cpu_s": cpu}
 
 
-def tokenize_new_text(case: dict, rows: list[dict]) -> float:
-    """The tokenizer's own CPU seconds on the tools' JSON of every row (no cache)."""
+def tokenize_new_text(case: dict, rows: list[dict]) -> dict:
+    """CPU seconds to tokenize the tools' JSON of every row (text only the distinct sets
+    have), uncached: by the engine's own encoder (a fresh one) and by the Rust tokenizer's
+    ``encode`` (the reference)."""
     chat = ChatTemplate.load(case["tokenizer"], case["template"])
     engine_sets = make_engine(case).task_tools
     texts = ["\n".join(json.dumps(s) for s in engine_sets.for_task(r).schemas) for r in rows]
-    backend = getattr(chat.tokenizer, "backend_tokenizer", None)  # what the engine encodes with
+    backend = getattr(chat.tokenizer, "backend_tokenizer", None)
     encode = (
         (lambda t: backend.encode(t, add_special_tokens=False))
         if backend is not None
@@ -233,7 +236,12 @@ def tokenize_new_text(case: dict, rows: list[dict]) -> float:
     started = time.process_time()
     for text in texts:
         encode(text)
-    return time.process_time() - started
+    rust = time.process_time() - started
+    fresh = ChatTemplate.load(case["tokenizer"], case["template"])
+    started = time.process_time()
+    for text in texts:
+        fresh.encode_text(text)
+    return {"engine": time.process_time() - started, "rust": rust}
 
 
 def measure(case: dict, rows: list[dict], repeats: int) -> dict:
@@ -281,8 +289,10 @@ def measure(case: dict, rows: list[dict], repeats: int) -> dict:
     out["ratio_render_parse_min_cpu_with_warm_up"] = round(
         warmed["with_warm_min_cpu_s"] / shared_min, 3
     )
-    new_text = min(tokenize_new_text(case, rows) for _ in range(repeats))
+    measured = [tokenize_new_text(case, rows) for _ in range(repeats)]
+    new_text = min(m["engine"] for m in measured)
     out["tokenize_new_text_cpu_s"] = round(new_text, 4)
+    out["tokenize_new_text_rust_encode_cpu_s"] = round(min(m["rust"] for m in measured), 4)
     beyond = out["distinct"]["render_parse"]["min_cpu_s"] - new_text
     out["ratio_render_parse_min_cpu_beyond_new_text"] = round(
         beyond / out["shared"]["render_parse"]["min_cpu_s"], 3

@@ -13,12 +13,17 @@ tokenizer that fails the probe check.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from typing import Any
 
+from agentfly_cli.chat import pretokens
 from agentfly_cli.files.surrogates import replace_surrogates
 
+log = logging.getLogger(__name__)
+
 _CACHE_LIMIT = 200_000
+_CHECK_FIRST, _CHECK_EVERY = 16, 64  # pre-token encodes checked against the Rust tokenizer
 _LONG = 4096  # characters from which the Rust tokenizer runs without the GIL (encode_batch)
 _PROBES = [
     "<|im_start|>system\nYou are helpful.<|im_end|>\n<|im_start|>user\nWhat is 2 + 3?<|im_end|>",
@@ -34,11 +39,15 @@ class TextEncoder:
     def __init__(self, tokenizer: Any) -> None:
         self.tokenizer = tokenizer
         self.backend = _fast_backend(tokenizer)
-        self.splitter = _splitter(tokenizer, self.backend) if self.backend is not None else None
+        spec = _spec(self.backend)
+        self.splitter = _splitter(spec) if spec is not None else None
+        # new ASCII pieces in Python, cached per pre-token (chat/pretokens.py); checked
+        self.pretokens = pretokens.build(self.backend, spec) if self.splitter is not None else None
+        self._pretoken_uses = 0
         self._pieces: dict[str, list[int]] = {}
         self._ids = _added_ids(tokenizer) if self.splitter is not None else {}
         if self.splitter is not None and not all(self.encode(p) == self._slow(p) for p in _PROBES):
-            self.splitter = None
+            self.splitter = self.pretokens = None
             self._pieces.clear()
 
     @property
@@ -65,7 +74,7 @@ class TextEncoder:
                 if cached_ids is None:
                     if len(pieces) >= _CACHE_LIMIT:
                         pieces.clear()
-                    cached_ids = pieces[piece] = self._backend_ids(piece)
+                    cached_ids = pieces[piece] = self._new_ids(piece)
                 ids.extend(cached_ids)
             return ids
         if self.backend is not None:
@@ -84,12 +93,49 @@ class TextEncoder:
                 if piece and piece not in self._ids and piece not in self._pieces:
                     new[piece] = None
         pieces = list(new)[: _CACHE_LIMIT - len(self._pieces)]
-        if not pieces:
-            return 0
-        fast = getattr(self.backend, "encode_batch_fast", None) or self.backend.encode_batch
-        for piece, encoding in zip(pieces, fast(pieces, add_special_tokens=False), strict=True):
-            self._pieces[piece] = encoding.ids
+        rest = []
+        for piece in pieces:  # ASCII pieces: cached pre-tokens (less CPU than the batch)
+            ids = self._pretoken_ids(piece) if len(piece) < _LONG else None
+            if ids is None:
+                rest.append(piece)
+            else:
+                self._pieces[piece] = ids
+        if rest:
+            fast = getattr(self.backend, "encode_batch_fast", None) or self.backend.encode_batch
+            for piece, encoding in zip(rest, fast(rest, add_special_tokens=False), strict=True):
+                self._pieces[piece] = encoding.ids
         return len(pieces)
+
+    def _new_ids(self, piece: str) -> list[int]:
+        """Ids of a piece not in the cache: cached pre-tokens where they apply, else Rust."""
+        if len(piece) < _LONG:
+            ids = self._pretoken_ids(piece)
+            if ids is not None:
+                return ids
+        return self._backend_ids(piece)
+
+    def _pretoken_ids(self, piece: str) -> list[int] | None:
+        """:mod:`pretokens`' ids of ``piece``, or None where it does not take it. Its first
+        uses and every 64th are checked against the Rust tokenizer: one difference drops it
+        (and every piece it encoded) for good."""
+        if self.pretokens is None:
+            return None
+        ids = self.pretokens.encode(piece)
+        if ids is None:
+            return None
+        self._pretoken_uses += 1
+        if self._pretoken_uses <= _CHECK_FIRST or self._pretoken_uses % _CHECK_EVERY == 0:
+            exact = self._backend_ids(piece)
+            if exact != ids:
+                log.warning(
+                    "the per-pre-token encoder gave other ids than the tokenizer for %r; "
+                    "tokenizing with the tokenizer alone from now on",
+                    piece[:80],
+                )
+                self.pretokens = None
+                self._pieces.clear()
+                return None
+        return ids
 
     def _backend_ids(self, text: str) -> list[int]:
         """The Rust tokenizer's ids; a long text through ``encode_batch``, which releases the
@@ -135,12 +181,18 @@ def _added_ids(tokenizer: Any) -> dict[str, int]:
     return {str(k): int(v) for k, v in tokenizer.get_added_vocab().items()}
 
 
-def _splitter(tokenizer: Any, backend: Any) -> re.Pattern | None:
-    """A regex that splits text at the added tokens, keeping them; None where unsafe."""
+def _spec(backend: Any) -> dict | None:
+    """The Rust tokenizer's JSON, or None."""
+    if backend is None:
+        return None
     try:
-        spec = json.loads(backend.to_str())
+        return json.loads(backend.to_str())
     except Exception:
         return None
+
+
+def _splitter(spec: dict) -> re.Pattern | None:
+    """A regex that splits text at the added tokens, keeping them; None where unsafe."""
     if "Metaspace" in json.dumps(spec.get("pre_tokenizer")) or "Prepend" in json.dumps(
         spec.get("normalizer")
     ):

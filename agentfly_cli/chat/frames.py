@@ -25,14 +25,38 @@ def _dumps(value: Any, indent: int | None = None) -> str:
     return json.dumps(value, ensure_ascii=False, indent=indent)
 
 
+def _coder_xml(tool: Any) -> str:
+    """A tool as agentfly's ``qwen3_coder`` template writes it (its name, trimmed description,
+    each parameter's keys as tags, the required list as JSON)."""
+    function = tool["function"] if "function" in tool else tool
+    parts = [f"<function>\n<name>{function['name']}</name>"]
+    if function.get("description"):
+        parts.append(f"\n<description>{str(function['description']).strip()}</description>")
+    parameters = function.get("parameters") or {}
+    parts.append("\n<parameters>")
+    for name, schema in (parameters.get("properties") or {}).items():
+        parts.append(f"\n<parameter>\n<name>{name}</name>")
+        for key, value in schema.items():
+            text = value if isinstance(value, str) else _dumps(value)
+            parts.append(f"\n<{key}>{text}</{key}>")
+        parts.append("\n</parameter>")
+    if parameters.get("required"):
+        parts.append(f"\n<required>{_dumps(parameters['required'])}</required>")
+    parts.append("\n</parameters>\n</function>")
+    return "".join(parts)
+
+
 # How a template may write each tool: its whole schema or its "function" part, as `tojson`
-# writes them (Qwen2.5, Qwen3, agentfly's chatml-tools: the whole schema; Llama 3.1: indent=4).
+# writes them (Qwen2.5, Qwen3, agentfly's chatml-tools: the whole schema; Llama 3.1: indent=4),
+# or as agentfly's qwen3_coder template writes it in XML. Each is only a candidate: a frame
+# takes the one that writes the marker tools and renders the probe tools exactly.
 TOOL_FORMATS: dict[str, Callable[[Any], str]] = {
     "json": lambda tool: _dumps(tool),
     "json-function": lambda tool: _dumps(tool["function"]),
     "json-indent4": lambda tool: _dumps(tool, 4),
     "json-function-indent4": lambda tool: _dumps(tool["function"], 4),
     "json-indent2": lambda tool: _dumps(tool, 2),
+    "coder-xml": _coder_xml,
 }
 
 

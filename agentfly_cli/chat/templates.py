@@ -138,27 +138,37 @@ class ChatTemplate:
 
         The ``n`` chains of a task share their prompt, so recent prompts are cached.
         """
-        try:
-            key = (repr(messages), id(tools))
-        except Exception:  # an unprintable message: no caching
-            key = None
+        key = _prompt_key(messages, tools)
         cached = self._prompts.get(key) if key is not None else None
         if cached is not None and cached[0] is tools:
             return list(cached[1])
         text = self._framed("prompt", messages, tools, self._render_prompt_text)
         ids = self.encode_text(text)
+        self._keep_prompt(key, tools, ids)
+        return list(ids)
+
+    def warm_prompts(self, prompts: list[tuple[list[dict[str, Any]], list[dict] | None]]) -> int:
+        """Tokenize the first prompts of many chains ahead of the rollout (their new text, e.g.
+        each row's tool list, in one pass) and cache their ids: :meth:`render_prompt` of the
+        same messages and tool list is then one lookup, with the same ids. Returns the pieces
+        newly encoded."""
+        new = []
+        for messages, tools in prompts:
+            key = _prompt_key(messages, tools)
+            cached = self._prompts.get(key) if key is not None else None
+            if cached is None or cached[0] is not tools:
+                new.append((key, messages, tools))
+        texts = [self._framed("prompt", m, t, self._render_prompt_text) for _, m, t in new]
+        encoded = self._encoder.warm(texts)
+        for (key, _, tools), text in zip(new, texts, strict=True):
+            self._keep_prompt(key, tools, self.encode_text(text))
+        return encoded
+
+    def _keep_prompt(self, key: tuple | None, tools: list[dict] | None, ids: list[int]) -> None:
         if key is not None:
             if len(self._prompts) >= _PROMPT_CACHE_SIZE:
                 self._prompts.pop(next(iter(self._prompts)))
             self._prompts[key] = (tools, ids)
-        return list(ids)
-
-    def warm_prompts(self, prompts: list[tuple[list[dict[str, Any]], list[dict] | None]]) -> int:
-        """Tokenize the first prompts of many chains in one batch, ahead of the rollout (their
-        new text, e.g. each row's tool list, on every core): :meth:`render_prompt` then finds
-        every piece cached and gives the same ids. Returns the pieces encoded."""
-        texts = [self._framed("prompt", m, t, self._render_prompt_text) for m, t in prompts]
-        return self._encoder.warm(texts)
 
     def _render_prompt_text(self, messages, tools) -> str:
         return self.render_text(messages, tools, add_generation_prompt=True)
@@ -271,7 +281,7 @@ class ChatTemplate:
             return render_with_tools(messages, tools)
         try:
             text = frame.fill(frame.values(messages, tools))
-        except (KeyError, TypeError, ValueError):  # a tool its format cannot write
+        except (KeyError, TypeError, ValueError, AttributeError):  # a tool it cannot write
             return render_with_tools(messages, tools)
         if frame.due_for_check():
             rendered = render_with_tools(messages, tools)
@@ -393,3 +403,12 @@ def token_texts(tokenizer: Any) -> list[str | None]:
             _TOKEN_TEXTS[key] = cached
             weakref.finalize(tokenizer, _TOKEN_TEXTS.pop, key, None)
         return cached
+
+
+def _prompt_key(messages: list[dict[str, Any]], tools: list[dict] | None) -> tuple | None:
+    """The prompt cache's key: the messages' text and the tool list's identity (the cached
+    entry keeps the list, so the identity cannot be reused); None for unprintable messages."""
+    try:
+        return (repr(messages), id(tools))
+    except Exception:
+        return None

@@ -141,3 +141,38 @@ def test_tools_a_format_cannot_write_render_in_full(tiny_model):
     assert frames_of(chat, "prompt")[0].tool_format == "json-function"
     bare = [{"name": "bare", "description": "no wrapper", "parameters": {"type": "object"}}]
     assert chat.render_prompt(messages, bare) == exact_prompt(chat, messages, bare)
+
+
+def odd_tools(i: int) -> list[dict]:
+    """Tools the qwen3_coder template writes tag by tag: padded descriptions to trim, values
+    of every JSON type, no description, no parameters, an empty required list."""
+    return [
+        {"type": "function", "function": {
+            "name": f"geo.area_{i}", "description": f"  Area {i}: <b>&</b> ünï 🙂\n\n",
+            "parameters": {"type": "object", "properties": {
+                "base": {"type": "number", "minimum": 0, "default": 1.5, "enum": [1, 2.5]},
+                "tags": {"type": "array", "items": {"type": "string"}, "nullable": True},
+                "mode": {"type": ["string", "null"], "description": ""}},
+                "required": ["base", "mode"]}}},
+        {"type": "function", "function": {"name": f"noop_{i}", "parameters": {}}},
+        {"type": "function", "function": {"name": f"bare_{i}", "description": "x",
+                                          "parameters": {"type": "object", "required": []}}},
+    ]  # fmt: skip
+
+
+def test_the_qwen3_coder_template_gets_one_frame_for_its_xml_tools(tiny_model):
+    chat = ChatTemplate.load(str(tiny_model), "qwen3_coder")
+    renders = []
+    original = chat._render_prompt_text
+    chat._render_prompt_text = lambda m, t: renders.append(1) or original(m, t)
+    for i in range(30):
+        tools = odd_tools(i)
+        messages = [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": f"q {i}"},
+        ]
+        assert chat.render_prompt(messages, tools) == exact_prompt(chat, messages, tools)
+    [prompt] = frames_of(chat, "prompt")
+    assert prompt.tool_format == "coder-xml" and prompt.uses == 30
+    # the measurement's renders and the spot checks of the first uses, not one per tool list
+    assert len(renders) < 12

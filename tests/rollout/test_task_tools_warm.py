@@ -25,7 +25,7 @@ def rows(count: int) -> list[dict]:
         functions = [
             {
                 "name": f"geo.area_{i}_{k}",
-                "description": f"Area of shape {i}/{k}, ünïcödé 日本語 \"quoted\"  spaced.",
+                "description": f'Area of shape {i}/{k}, ünïcödé 日本語 "quoted"  spaced.',
                 "parameters": {
                     "type": "dict",
                     "properties": {"base": {"type": "float"}, "tags": {"type": "tuple"}},
@@ -59,7 +59,11 @@ def test_warmed_prompts_are_the_uncached_ids(name, template, parser):
     def no_encode(text):  # after the warm-up, a prompt is cache lookups only
         raise AssertionError(f"encoded again: {text[:60]!r}")
 
-    encoder._backend_ids = no_encode
+    def no_render(*args):  # ... and its ids are kept: not even rendered again
+        raise AssertionError("rendered again")
+
+    encoder._backend_ids = encoder._new_ids = no_encode
+    warm.chat._framed = no_render
     for task in tasks:
         messages = opening_messages(task, "Be brief.")
         tools = warm.task_tools.for_task(task)
