@@ -1,11 +1,12 @@
 """A small OpenEnv MCP tool server for the openenv bridge's MCP tests, written with
 openenv-core's own MCPEnvironment (FastMCP tools) and run by ``.venv-openenv``'s Python:
-``python openenv_mcp_server.py PORT SESSIONS [notools]``.
+``python openenv_mcp_server.py PORT SESSIONS [notools | bare]``.
 
 Guess the number with tools: the secret is ``seed % 8 + 1``; ``guess(number)`` says right,
 higher or lower (a number outside 1..8 is the tool's error), ``hint()`` says whether it is
 even. The server sets reward and done in ``step_async``, after the call: the right guess is
-reward 1.0 and done, the fourth wrong one reward 0.0 and done. ``notools`` serves no tools.
+reward 1.0 and done, the fourth wrong one reward 0.0 and done. ``notools`` serves no tools;
+``bare`` serves the same env under the bare ``Action`` (its /schema does not say MCP).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from fastmcp import FastMCP
 from openenv.core.env_server import create_app
 from openenv.core.env_server.mcp_environment import MCPEnvironment
 from openenv.core.env_server.mcp_types import CallToolAction, CallToolObservation
-from openenv.core.env_server.types import Observation, State
+from openenv.core.env_server.types import Action, Observation, State
 
 TRIES = 4
 NO_TOOLS = False
@@ -81,6 +82,8 @@ class GuessTools(MCPEnvironment):
 if __name__ == "__main__":
     port, sessions = int(sys.argv[1]), int(sys.argv[2])
     NO_TOOLS = sys.argv[3:] == ["notools"]
-    app = create_app(GuessTools, CallToolAction, CallToolObservation, env_name="guess_tools",
-                     max_concurrent_envs=sessions)  # fmt: skip
+    kinds = (CallToolAction, CallToolObservation)
+    if sys.argv[3:] == ["bare"]:
+        kinds = (Action, Observation)
+    app = create_app(GuessTools, *kinds, env_name="guess_tools", max_concurrent_envs=sessions)
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")

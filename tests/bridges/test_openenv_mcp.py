@@ -209,6 +209,24 @@ def test_a_server_with_no_tools_is_one_line():
         process.wait(10)
 
 
+def test_a_server_under_the_bare_action_is_mcp_when_asked(tiny_model, tmp_path):
+    process, url = start_server(SCRIPT, SESSIONS, "bare")  # /schema: Action, not found MCP
+    try:
+        assert load_config(recipe(url), sets()).tools == ["openenv_act"]
+        config = load_config(recipe(url), [*sets(), "openenv.mode=mcp"])
+        assert [t["function"]["name"] for t in rows_of(config)[0]["tools"]] == ["guess", "hint"]
+        moves = lambda row: [tool_call("guess", number=secret(row))]  # noqa: E731
+        common = _common(tiny_model, tmp_path, config, moves)
+        out = tmp_path / "bare.jsonl"
+        result = agentfly("rollout", recipe(url), "--limit", "2", "--out", out, *common,
+                          "--set", "openenv.mode=mcp")  # fmt: skip
+        assert result.exit_code == 0, result.output
+        assert [c.reward for c in read_trajectories(out)] == [1.0] * 4
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
 def test_an_unreachable_or_http_mcp_server_is_one_line(server):
     dead = f"127.0.0.1:{free_port()}"
     _one_line_exit_2(f"openenv:{dead}", "openenv.mode=mcp",
