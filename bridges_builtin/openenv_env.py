@@ -5,8 +5,11 @@ One :class:`OpenEnvEnv` holds one session with the server named by the task (``t
 ``reset(task)`` resets the server's environment with the task's ``seed``; its observation is the
 episode's first message (the env speaks first). Each ``openenv_act`` call is one server step:
 the action is ``{task["field"]: text}`` when the task names the action's text field, else the
-text read as a JSON object. The server's reward and done go to the reward channel; ``done``
-ends the episode. The session is closed at release; an unreachable server is one error.
+text read as a JSON object. A task of ``mode: mcp`` plays an MCP tool server: each call of one
+of the row's tools (``{"tool": NAME, "arguments": {...}}``, from ``on_call: env``) is one
+``call_tool`` step (bridges_builtin/openenv_mcp.py). The server's reward and done go to the
+reward channel; ``done`` ends the episode. The session is closed at release; an unreachable
+server is one error.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from agentfly_cli.components.tools import ToolResult, tool
 from agentfly_cli.envs.base import BaseEnv, EnvSpec
 from agentfly_cli.errors import UserError
 from bridges_builtin.openenv_client import TRANSPORTS, OpenEnvError, session
+from bridges_builtin.openenv_mcp import call_action, tool_result
 
 
 def observation_text(observation: Any, field: str | None = None) -> str:
@@ -52,6 +56,7 @@ class OpenEnvEnv(BaseEnv):
         self._session: Any = None
         self.field: str | None = None
         self.observe: str | None = None
+        self.mcp = False  # the task's mode is mcp: steps are the row's tool calls
         self.done = False
 
     async def reset(self, task: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
@@ -65,6 +70,7 @@ class OpenEnvEnv(BaseEnv):
         if transport not in TRANSPORTS:
             raise UserError(f"task field 'transport' must be ws or http, not {transport!r}")
         self.field, self.observe = task.get("field"), task.get("observe")
+        self.mcp = task.get("mode") == "mcp"
         self._session = session(url.rstrip("/"), transport, float(task.get("timeout", 30.0)))
         options = {"seed": task["seed"]} if isinstance(task.get("seed"), int) else {}
         result = await self._session.reset(options)
@@ -73,11 +79,13 @@ class OpenEnvEnv(BaseEnv):
             "info": {"url": url, "transport": transport, **options},
         }
 
-    async def step(self, action: Any) -> dict[str, Any]:
+    async def step(self, action: Any) -> dict[str, Any] | ToolResult:
         if self._session is None:
             raise RuntimeError("no OpenEnv session: the env was not reset with a task")
         if self.done:
             return {"observation": "The episode is over.", "done": True}
+        if self.mcp and isinstance(action, Mapping) and "tool" in action:
+            return await self._call_tool(str(action["tool"]), action.get("arguments") or {})
         payload = action if isinstance(action, dict) else _action(str(action), self.field)
         result = await self._session.step(payload)
         self.done = bool(result.get("done", False))
@@ -87,6 +95,17 @@ class OpenEnvEnv(BaseEnv):
             "done": self.done,
             "reward": float(reward) if isinstance(reward, (int, float)) else None,
         }
+
+    async def _call_tool(self, name: str, arguments: Mapping[str, Any]) -> ToolResult:
+        """One MCP ``call_tool`` step: the tool's text or its error, with reward and done."""
+        try:
+            step = await self._session.step(call_action(name, arguments))
+        except OpenEnvError as error:  # the server is gone or broke: the episode ends
+            self.done = True
+            return ToolResult.error(str(error), "openenv", done=True)
+        result = tool_result(step)
+        self.done = bool(result.info.get("done"))
+        return result
 
     async def close(self) -> None:
         current, self._session = self._session, None
@@ -101,7 +120,8 @@ OPENENV = EnvSpec(
     name="openenv",
     factory=OpenEnvEnv,
     description="a session with an OpenEnv server (HTTP or WebSocket); the server speaks "
-    "first, takes openenv_act steps and reports its own reward",
+    "first, takes openenv_act steps (or, an MCP server, the row's tool calls) and reports its "
+    "own reward",
     pool_max=1,
     resources={"cpu": 0.01, "memory_mb": 5},
 )

@@ -6,20 +6,16 @@ and a dead server as an error, not a hang."""
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
 import sys
 import time
-from pathlib import Path
 
-import httpx
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-SERVER_PYTHON = ROOT / ".venv-openenv" / "bin" / "python"
+from tests.bridges.openenv_servers import INSTALL, SERVER_PYTHON
+from tests.bridges.openenv_servers import start_server as start
+
 if not SERVER_PYTHON.exists():
-    pytest.skip("the openenv tests need an OpenEnv server: make install-openenv",
-                allow_module_level=True)  # fmt: skip
+    pytest.skip(INSTALL, allow_module_level=True)
 
 from agentfly_cli.errors import UserError  # noqa: E402
 from agentfly_cli.recipes.loader import load_config  # noqa: E402
@@ -29,25 +25,8 @@ from tests.helpers.recipe_checks import agentfly, write_jsonl  # noqa: E402
 SESSIONS = 2
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_server(sessions: int) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    script = Path(__file__).with_name("openenv_server.py")
-    process = subprocess.Popen([str(SERVER_PYTHON), str(script), str(port), str(sessions)])
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(120):
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                return process, url
-        except httpx.HTTPError:
-            time.sleep(0.25)
-    process.kill()
-    raise RuntimeError(f"the OpenEnv test server did not start at {url}")
+def start_server(sessions: int):
+    return start("openenv_server.py", sessions)
 
 
 @pytest.fixture(scope="module")
