@@ -135,6 +135,9 @@ def call_text(row: dict, parser: str, seed: int) -> str:
             for k, v in arguments.items()
         )
         return f"<tool_call>\n<function={function['name']}>\n{body}</function>\n</tool_call>"
+    if parser == "pythonic":
+        keywords = ", ".join(f"{k}={v!r}" for k, v in arguments.items())
+        return f"[{function['name']}({keywords})]"
     payload = json.dumps({"name": function["name"], "arguments": arguments})
     return f"<tool_call>\n{payload}\n</tool_call>"
 
@@ -314,6 +317,10 @@ def cases(realdata: Path | None, tiny: Path) -> list[dict]:
         found.append({"name": "qwen3 + qwen3_coder (typed by schema)",
                       "tokenizer": str(realdata / "qwen3"), "template": "qwen3_coder",
                       "parser": "qwen3_coder"})  # fmt: skip
+    if realdata is not None and (realdata / "smollm2" / "tokenizer.json").is_file():
+        found.append({"name": "smollm2 + pythonic (the bfcl recipe's)",
+                      "tokenizer": str(realdata / "smollm2"), "template": "pythonic",
+                      "parser": "pythonic"})  # fmt: skip
     if not found:
         found.append({"name": "tiny chatml-tools + hermes", "tokenizer": str(tiny),
                       "template": None, "parser": "hermes"})  # fmt: skip

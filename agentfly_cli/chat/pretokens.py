@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 import string
+from itertools import chain
 from typing import Any
 
 try:
@@ -119,6 +120,11 @@ class _Split:
         return pieces
 
 
+def _whole(text: str) -> list[str]:
+    """No split: the text is one pre-token."""
+    return [text] if text else []
+
+
 def _steps(spec: dict | None) -> list[Any] | None:
     """The pre-tokenizer as splitting steps, the last being ByteLevel's; None if unsupported."""
     if not isinstance(spec, dict):
@@ -134,7 +140,7 @@ def _steps(spec: dict | None) -> list[Any] | None:
                 return None
             if part.get("use_regex", True):
                 steps.append(_Split(_GPT2_PATTERN))
-            return steps
+            return steps or [_whole]
         if kind == "Split":
             pattern = part.get("pattern") or {}
             if part.get("behavior") != "Isolated" or part.get("invert"):
@@ -183,18 +189,23 @@ class PreTokenEncoder:
     def encode(self, text: str) -> list[int] | None:
         if not text.isascii():
             return None
-        pieces = [text]
-        for step in self._steps:
+        first, *rest = self._steps
+        pieces = first(text)
+        for step in rest:
             pieces = [part for piece in pieces for part in step(piece)]
-        cache, ids = self._ids, []
-        for piece in pieces:
-            known = cache.get(piece)
-            if known is None:
-                if len(cache) >= _CACHE_LIMIT:
-                    cache.clear()
-                mapped = piece.translate(self._table)
-                known = cache[piece] = [token.id for token in self._model.tokenize(mapped)]
-            ids.extend(known)
+        found = list(map(self._ids.get, pieces))
+        if None in found:
+            for index, known in enumerate(found):
+                if known is None:
+                    found[index] = self._learn(pieces[index])
+        return list(chain.from_iterable(found))
+
+    def _learn(self, piece: str) -> list[int]:
+        """The BPE model's ids of a new pre-token, cached."""
+        if len(self._ids) >= _CACHE_LIMIT:
+            self._ids.clear()
+        mapped = piece.translate(self._table)
+        ids = self._ids[piece] = [token.id for token in self._model.tokenize(mapped)]
         return ids
 
 
