@@ -94,9 +94,7 @@ async def episode(request):
     env = _env(spec["env_id"], spec.get("args"), spec.get("harness"))
     task = _task(env, int(task_row["example_id"]))
     os.environ.setdefault("VERIFIERS_GATEWAY_KEY", "agentfly")
-    client = vf.EvalClientConfig(
-        base_url=request["base_url"], api_key_var="VERIFIERS_GATEWAY_KEY"
-    )
+    client = vf.EvalClientConfig(base_url=request["base_url"], api_key_var="VERIFIERS_GATEWAY_KEY")
     ctx = vf.ModelContext(model=request["model"], client=client)
     async with env.serving():
         result = await env.run_episode(task, ctx)
