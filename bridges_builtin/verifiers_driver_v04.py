@@ -2,13 +2,13 @@
 run by the 0.4 venv's python, never imported by agentfly (it imports only verifiers and the
 standard library).
 
-``python verifiers_driver_v04.py tasks TASKSET_ID SIZE`` prints the taskset's own ``load()``
-(through ``Taskset.__iter__``, which numbers the tasks) as JSONL; ``... episode`` reads one
-JSON request on stdin (the task row, the gateway's base URL, the model name) and prints one
-JSON line: the episode's reward and its named metrics. The episode is the env's own: the
-taskset's ``Env`` (``SingleAgentEnv`` for a plain taskset) with its harness program run in
-the local subprocess runtime, every model call going through verifiers' interception server
-to the gateway. See docs/bridges/verifiers.md.
+``python verifiers_driver_v04.py tasks TASKSET_ID SIZE [HARNESS]`` prints the taskset's own
+``load()`` (through ``Taskset.__iter__``, which numbers the tasks) as JSONL, after loading
+HARNESS; ``... episode`` reads one JSON request on stdin (the task row, the gateway's base
+URL, the model name) and prints one JSON line: the episode's reward and its named metrics.
+The episode is the env's own: the taskset's ``Env`` (``SingleAgentEnv`` for a plain
+taskset), its harness program in the local subprocess runtime, every model call going
+through verifiers' interception server to the gateway. See docs/bridges/verifiers.md.
 """
 
 import asyncio
@@ -49,8 +49,8 @@ def _messages(data):
     return system + turns
 
 
-def tasks(taskset_id, size):
-    env = _env(taskset_id)
+def tasks(taskset_id, size, harness=None):
+    env = _env(taskset_id, harness=harness)  # a harness that does not load fails here
     for task in itertools.islice(iter(env.taskset), size):
         data = task.data
         fields = data.model_dump(mode="json", exclude_none=True)
@@ -121,7 +121,7 @@ def main():
     if sys.argv[1] == "prepare":
         print(asyncio.run(prepare()))
     elif sys.argv[1] == "tasks":
-        tasks(sys.argv[2], int(sys.argv[3]))
+        tasks(sys.argv[2], int(sys.argv[3]), *sys.argv[4:5])
     elif sys.argv[1] == "episode":
         print(json.dumps(asyncio.run(episode(json.loads(sys.stdin.read())))))
     else:

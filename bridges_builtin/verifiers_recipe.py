@@ -17,7 +17,7 @@ def _rows(env_id: str, api: str, size: int, harness: str | None) -> list[dict[st
     from bridges_builtin.verifiers_venv import run_driver
 
     try:
-        out = run_driver(api, ["tasks", env_id, str(size)])
+        out = run_driver(api, ["tasks", env_id, str(size), *([harness] if harness else [])])
     except RuntimeError as err:
         hint = (
             f"; install the environment into .venv-verifiers-{api}" if "import" in str(err) else ""

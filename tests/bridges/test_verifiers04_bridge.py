@@ -145,6 +145,8 @@ def test_bad_settings_are_one_line(tmp_path, monkeypatch):
         load_config("verifiers:no-such-taskset", ["verifiers.api=0.4", "verifiers.size=2"])
     with pytest.raises(UserError, match="needs --set verifiers.api=0.4"):
         load_config("verifiers:vf04-echo", ["verifiers.harness=null"])
+    with pytest.raises(UserError, match="harness 'nosuch' not found"):
+        load_config("verifiers:vf04-echo", [*API[1::2], "verifiers.harness=nosuch"])
     bare = tmp_path / ".venv-verifiers-0.4" / "bin"  # a venv without the offline setup
     bare.mkdir(parents=True)
     (bare / "python").symlink_to(VENV / "bin" / "python")
