@@ -46,10 +46,6 @@ _SCHEMA_VALUES = (
 )  # one schema each
 
 
-KNOWN_FUNCTIONS = 8192  # functions kept, read, by their content
-_KNOWN: dict[str, dict[str, Any]] = {}
-
-
 class TaskToolError(ValueError):
     """A row's tool schema that cannot be read: what is wrong and the fix; ``at`` says which
     tool (``[2] ('get_weather')``), empty for the field as a whole."""
@@ -84,13 +80,11 @@ def field_tools(value: Any) -> list[Any]:
 
 
 def normalize_tools(value: Any) -> list[dict[str, Any]]:
-    """A row's tools field as OpenAI schemas with JSON Schema parameters (a new list of
-    schemas shared with other rows that bring the same function: read them, never change
-    them)."""
+    """A row's tools field as OpenAI schemas with JSON Schema parameters (a new list)."""
     tools, names = [], set()
     for i, raw in enumerate(field_tools(value)):
         try:
-            tool = _known_tool(raw)
+            tool = normalize_tool(raw)
         except TaskToolError as exc:
             raise TaskToolError(exc.problem, f"[{i}]{_named(raw)}") from None
         name = tool["function"]["name"]
@@ -101,22 +95,6 @@ def normalize_tools(value: Any) -> list[dict[str, Any]]:
         names.add(name)
         tools.append(tool)
     return tools
-
-
-def _known_tool(raw: Any) -> dict[str, Any]:
-    """:func:`normalize_tool`, read once per function content: BFCL's rows reuse their
-    functions (8,726 uses of 3,258 functions in its single-turn categories)."""
-    try:
-        key = json.dumps(raw, sort_keys=True)
-    except (TypeError, ValueError):  # not JSON: read it each time
-        return normalize_tool(raw)
-    tool = _KNOWN.get(key)
-    if tool is None:
-        tool = normalize_tool(raw)
-        if len(_KNOWN) >= KNOWN_FUNCTIONS:
-            _KNOWN.pop(next(iter(_KNOWN)))
-        _KNOWN[key] = tool
-    return tool
 
 
 def normalize_tool(raw: Any) -> dict[str, Any]:

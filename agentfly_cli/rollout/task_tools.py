@@ -70,7 +70,6 @@ class TaskTools:
         self._visibility_checked = bool(schemas)  # one warning check per run, not per row
         self._sets: OrderedDict[str, ToolSet] = OrderedDict()  # by content
         self._by_id: OrderedDict[int, tuple] = OrderedDict()  # by the row's own list
-        self._validators: OrderedDict[int, tuple] = OrderedDict()  # by the function read
 
     @property
     def envs(self) -> tuple[str, ...]:
@@ -136,7 +135,11 @@ class TaskTools:
         """A tool with the row's schema whose call does what ``on_call`` says."""
         name = function["name"]
         description = function.get("description") or name
-        arguments = self._arguments_of(function, description)
+        arguments = _Packed(
+            JsonSchemaArguments(
+                function["parameters"], label=name, description=description, check=False
+            )  # checked when the row was read (rollout/task_tool_schemas.py)
+        )
         mode = self.settings.on_call
         if mode == "env":
             tool = Tool(_env_step(name), name="declared", env=self.settings.env,
@@ -147,21 +150,6 @@ class TaskTools:
                         description=description)  # fmt: skip
         tool.name = name  # row names may hold dots (BFCL's math.factorial)
         return tool
-
-    def _arguments_of(self, function: Mapping[str, Any], description: str) -> _Packed:
-        """The argument check of a row function, one per function read (rows that bring the
-        same function share its validator)."""
-        known = self._validators.get(id(function))
-        if known is not None and known[0] is function:
-            return known[1]
-        arguments = _Packed(
-            JsonSchemaArguments(
-                function["parameters"], label=function["name"], description=description,
-                check=False,
-            )  # checked when the row was read (rollout/task_tool_schemas.py)
-        )  # fmt: skip
-        _put(self._validators, id(function), (function, arguments))
-        return arguments
 
     def finish_reason(self, tools: ToolSet, results: Sequence[ToolResult]) -> str | None:
         """``declared_call`` when a row tool's call ran under ``on_call: end``; ``env_done``

@@ -314,22 +314,3 @@ def test_unlisted_row_tools_are_callable_but_not_rendered(chat):
     assert trajectory.finish_reason == "declared_call"
     with pytest.raises(UserError, match="'unlisted_tools' names nope, which are not among"):
         engine_for(chat, script).task_tools.for_task({**task, "unlisted_tools": ["nope"]})
-
-
-def test_rows_that_bring_the_same_function_share_its_reading_and_its_validator(chat):
-    import copy
-
-    script = [[call("geometry.triangle_area", base="x", height=2), call(
-        "geometry.triangle_area", base=3, height=2)]] * 2  # fmt: skip
-    engine = engine_for(chat, script)
-    rows = [{"question": "Area?", "tools": [copy.deepcopy(AREA)]},
-            {"question": "Again?", "tools": [copy.deepcopy(AREA), WEATHER]}]  # fmt: skip
-    first, second = (engine.task_tools.for_task(row) for row in rows)
-    assert first is not second  # two tool sets ...
-    assert first.schemas[-1] is second.schemas[0]  # ... that share the function, read once
-    a, b = (s.tools["geometry.triangle_area"] for s in (first, second))
-    assert a._arguments is b._arguments  # one validator
-    for trajectory in run(engine, rows):  # and each row's bad call is still its own error
-        trajectory.check()
-        assert [c.status for c in trajectory.tool_calls] == ["error", "ok"]
-        assert trajectory.tool_calls[0].error_kind == "invalid_arguments"
