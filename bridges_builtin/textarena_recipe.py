@@ -8,6 +8,7 @@ from typing import Any
 from agentfly_cli.recipes.families import tasks_file, whole_option, write_tasks
 
 DEFAULT_SIZE = 200
+WARM_START_GAMES = 8  # solved games imitated before RL (docs/bridges/textarena.md#measured)
 MAX_TURNS_CAP = 30  # a game's own turn limit, but never more chains' turns than this
 SYSTEM_PROMPT = (
     "You play a game. Read the rules, then make one move per turn on one line as "
@@ -76,8 +77,11 @@ def build(param: str | None, options: Mapping[str, Any]) -> dict[str, Any]:
         },
     }
     if solved:  # the winning moves of each seeded game: the warm start's and the check's gold
+        # the move format from a few games' solutions; how to win is RL's to find (all the
+        # solutions teach GuessTheNumber outright: nothing is left for RL)
         settings["trainer"]["warm_start"] = {
-            "enabled": False,
+            "enabled": True,
+            "limit": WARM_START_GAMES,
             "responses": [{"each": "solution", "say": "MOVE: {item}"}],
         }
         settings["check"] = {

@@ -89,15 +89,16 @@ def test_rollout_and_eval_with_gold_and_junk(tiny_model, tmp_path, moves, gold):
     assert (report["overall"]["pass@1"] == 1.0) is gold
 
 
-def test_train_takes_rl_steps_on_the_games(tiny_model, tmp_path):
+def test_train_warm_starts_on_a_few_games_then_takes_rl_steps(tiny_model, tmp_path):
     run = tmp_path / "run"
     result = agentfly(
         "train", RECIPE, "--model", tiny_model, "--out", run, "--quiet", *SMALL,
         "--set", "trainer.steps=2", "--set", "trainer.tasks_per_step=2", "--set", "rollout.n=2",
-        "--set", "rollout.max_turns=3", "--set", "rollout.max_tokens_per_turn=8",
         "--set", "trainer.eval.every=0", "--set", "trainer.telemetry.sinks=[jsonl]",
     )  # fmt: skip
     assert result.exit_code == 0, result.output
+    warm = json.loads((run / "warm_start" / "warm_start.json").read_text())
+    assert warm["tasks"] == 8, warm  # the recipe's default: 8 games' winning moves
     lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [line["step"] for line in lines] == [1, 2]
     assert all(0.0 <= line["reward/mean"] <= 1.0 for line in lines)
