@@ -74,8 +74,10 @@ def test_an_anthropic_sdk_agent_is_captured_as_one_token_exact_segment(tiny_chat
     assert first.stop_reason == "tool_use" and second.stop_reason == "end_turn"
     assert [b.type for b in first.content] == ["text", "tool_use"]
     assert first.content[0].text == "Let me compute."
-    assert (first.content[1].name, first.content[1].input) == ("calculator",
-                                                                {"expression": "17 * 23"})
+    assert (first.content[1].name, first.content[1].input) == (
+        "calculator",
+        {"expression": "17 * 23"},
+    )
     assert second.content[0].text == "It is 391." and second.id.startswith("msg_")
     sent_first, sent_second = gateway.backend.prompts
     assert first.usage.input_tokens == len(sent_first)
@@ -104,8 +106,11 @@ def test_the_stream_is_the_messages_event_sequence(tiny_chat):
     assert names[-2:] == ["message_delta", "message_stop"]
     starts = [d["content_block"]["type"] for d in data if d["type"] == "content_block_start"]
     assert starts == ["text", "tool_use"] and names.count("content_block_stop") == 2
-    texts = [d["delta"]["text"] for d in data
-             if d["type"] == "content_block_delta" and d["delta"]["type"] == "text_delta"]
+    texts = [
+        d["delta"]["text"]
+        for d in data
+        if d["type"] == "content_block_delta" and d["delta"]["type"] == "text_delta"
+    ]
     assert len(texts) > 1 and "".join(texts) == "Sure."  # streamed as sampled, in pieces
     [arguments] = [d["delta"]["partial_json"] for d in data
                    if d["type"] == "content_block_delta"
@@ -210,8 +215,11 @@ def test_the_api_key_is_needed_on_the_messages_routes_as_x_api_key_or_bearer(tin
         for path in ("/v1/messages", "/s/e1/v1/messages/count_tokens"):
             assert errors_of(url, HI, path)[:2] == (401, "authentication_error")
         assert gateway.backend.prompts == [] and gateway.episodes == {}
-        as_x_api_key = httpx.post(f"{url}/s/e1/v1/messages", json=HI,
-                                  headers={"x-api-key": KEY, "anthropic-version": "2023-06-01"})
+        as_x_api_key = httpx.post(
+            f"{url}/s/e1/v1/messages",
+            json=HI,
+            headers={"x-api-key": KEY, "anthropic-version": "2023-06-01"},
+        )
         assert as_x_api_key.json()["content"] == [{"type": "text", "text": "one"}]
         bearer = anthropic.Anthropic(base_url=f"{url}/s/e1", auth_token=KEY)
         assert bearer.messages.create(**HI).content[0].text == "two"
@@ -261,8 +269,14 @@ def test_sessions_stay_apart_and_a_malformed_request_hurts_no_other(tiny_chat):
             worker.start()
         bad = {**HI, "messages": [{"role": "user", "content": [{"type": "image"}]}]}
         assert errors_of(url, bad, "/s/c/v1/messages")[0] == 400  # while a and b wait
-        assert httpx.post(f"{url}/s/c/v1/messages", content=b'{"model": ',
-                          headers={"Content-Type": "application/json"}).status_code == 400
+        assert (
+            httpx.post(
+                f"{url}/s/c/v1/messages",
+                content=b'{"model": ',
+                headers={"Content-Type": "application/json"},
+            ).status_code
+            == 400
+        )
         gateway.backend.open.set()
         for worker in workers:
             worker.join(30)
