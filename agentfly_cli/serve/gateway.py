@@ -229,13 +229,6 @@ class Gateway:
             raise
         return episode, plan, sampling
 
-    async def count_tokens(self, body: Any) -> int:
-        """The length of a request's prompt rendered in full (in a worker thread); nothing is
-        sampled, recorded or opened."""
-        messages, sampling = self.check(body)
-        plan = await asyncio.to_thread(Episode("count").plan, self.chat, messages, sampling.tools)
-        return len(plan.prompt_ids)
-
     def release(self, episode: Episode) -> None:
         """A request of ``episode`` is over (answered or failed): it may go idle."""
         episode.busy = max(0, episode.busy - 1)
@@ -338,7 +331,7 @@ class Gateway:
         """The OpenAI assistant message for a generation, and its finish reason. As OpenAI does,
         the text ends before a stop string (the recorded ids keep the token that held it).
         ``tools``: the request's tool definitions, for a format that types values by them."""
-        text, _ = self._text(generation, stops)
+        text, _ = reply_text(self.chat, self._eot, generation, stops)
         message: dict[str, Any] = {"role": "assistant", "content": text}
         finish = "length" if generation.finish_reason == "length" else "stop"
         if not parse_calls:
@@ -366,18 +359,7 @@ class Gateway:
 
     def stop_sequence(self, generation: Generation, stops: tuple[str, ...]) -> str | None:
         """The stop string that ended the reply's text (None: none did, or none was asked)."""
-        return self._text(generation, stops)[1] if stops else None
-
-    def _text(self, generation: Generation, stops: tuple[str, ...]) -> tuple[str, str | None]:
-        """A generation's text, ending before the first stop string in it, and that string."""
-        ids = list(generation.token_ids)
-        body = ids[:-1] if ids and ids[-1] in self._eot else ids
-        text = self.chat.decode(body)
-        cuts = [(text.find(stop), stop) for stop in stops if stop in text]
-        if not cuts:
-            return text, None
-        at, stop = min(cuts)
-        return text[:at], stop
+        return reply_text(self.chat, self._eot, generation, stops)[1] if stops else None
 
     def parser_for(self, tools: list | None) -> Any:
         """The parser, typing argument values by the request's tool schemas where its format
@@ -402,6 +384,28 @@ class Gateway:
             ids = tuple(await asyncio.to_thread(self.chat.stop_token_ids, list(stops)))
             self._stop_cache.put(stops, ids)
         return ids
+
+
+async def count_tokens(gateway: Gateway, body: Any) -> int:
+    """The length of a request's prompt rendered in full (in a worker thread); nothing is
+    sampled or recorded, no session opened."""
+    messages, sampling = gateway.check(body)
+    plan = await asyncio.to_thread(Episode("count").plan, gateway.chat, messages, sampling.tools)
+    return len(plan.prompt_ids)
+
+
+def reply_text(
+    chat: Any, eot: set[int], generation: Generation, stops: tuple[str, ...]
+) -> tuple[str, str | None]:
+    """A generation's text (without its end-of-turn id), ending before the first stop string
+    in it, and that string (None: none was in it)."""
+    ids = list(generation.token_ids)
+    text = chat.decode(ids[:-1] if ids and ids[-1] in eot else ids)
+    cuts = [(text.find(stop), stop) for stop in stops if stop in text]
+    if not cuts:
+        return text, None
+    at, stop = min(cuts)
+    return text[:at], stop
 
 
 def _render_size(messages: list[dict[str, Any]], tools: Any) -> bool:

@@ -111,15 +111,15 @@ def test_tools_choices_stops_and_sampling_become_the_chat_fields():
         ({"messages": [{"role": "user", "content": 5}]}, "messages.0.content: must be a string"),
         ({"messages": [{"role": "user", "content": [{"text": "x"}]}]}, "must be an object with"),
         ({"messages": [{"role": "assistant", "content": [{"type": "tool_result",
-          "tool_use_id": "t"}]}]}, "tool_result blocks are not supported in a assistant"),
+          "tool_use_id": "t"}]}]}, "tool_result blocks are not supported in assistant content"),
         ({"messages": [{"role": "user", "content": [{"type": "tool_use", "id": "t",
-          "name": "f", "input": {}}]}]}, "tool_use blocks are not supported in a user"),
+          "name": "f", "input": {}}]}]}, "tool_use blocks are not supported in user content"),
         ({"messages": [{"role": "assistant", "content": [{"type": "tool_use", "id": "t",
           "name": "f", "input": [1]}]}]}, "messages.0.content.0.input: must be an object"),
         ({"messages": [{"role": "user", "content": [{"type": "tool_result"}]}]},
          "tool_use_id: must be a string"),
         ({"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t",
-          "content": [{"type": "image"}]}]}]}, "image blocks are not supported in a tool_result"),
+          "content": [{"type": "image"}]}]}]}, "image blocks are not supported in tool_result"),
         ({"system": 3}, "system: must be a string or a list of text blocks"),
         ({"system": [{"type": "image"}]}, "system.0: must be a text block"),
         ({"top_p": float("nan")}, "top_p: must be a number from 0 to 1"),
@@ -273,3 +273,32 @@ def test_a_failure_midway_ends_the_stream_with_an_anthropic_error_event():
     assert json.loads(events[-1].split("data: ", 1)[1])["error"] == {
         "type": "api_error", "message": "the request failed (RuntimeError: gone)"
     }  # fmt: skip
+
+
+def test_the_chat_side_names_the_stop_string_and_streams_usage_when_asked(tiny_chat):
+    """What the dialect reads from chat completions: the stop string as the choice's
+    ``stop_reason`` (vLLM's), usage on every chunk and at the end (``stream_options``)."""
+    text, body = "Hi there. END more", {"messages": [{"role": "user", "content": "Go."}]}
+    stopped = {**body, "stop": ["END"]}
+    events, plain = asyncio.run(streamed_and_plain(tiny_chat, text, stopped))
+    assert plain["choices"][0]["stop_reason"] == "END"
+    chunks = [json.loads(e[len("data: ") :]) for e in events[:-1]]
+    assert "usage" not in json.dumps(chunks) and chunks[-1]["choices"][0]["stop_reason"] == "END"
+    _, unstopped = asyncio.run(streamed_and_plain(tiny_chat, text, body))
+    assert "stop_reason" not in unstopped["choices"][0]  # nothing new for a plain request
+    for options, each in (
+        ({"include_usage": True}, False),
+        ({"include_usage": True, "continuous_usage_stats": True}, True),
+    ):
+        events, plain = asyncio.run(
+            streamed_and_plain(tiny_chat, text, {**body, "stream_options": options})
+        )  # fmt: skip
+        chunks = [json.loads(e[len("data: ") :]) for e in events[:-1]]
+        assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == plain["usage"]
+        sofar = [c["usage"]["completion_tokens"] for c in chunks[:-1] if "usage" in c]
+        assert len(sofar) == (len(chunks) - 1 if each else 0)
+        assert sofar == sorted(sofar) and (not each or sofar[0] == 0)
+    with pytest.raises(RequestError, match="'stream_options' must be an object"):
+        Gateway(Replies(tiny_chat, []), tiny_chat, get_parser("hermes"), "m").check(
+            {**body, "stream_options": "yes"}
+        )

@@ -197,6 +197,8 @@ def test_a_prompt_over_the_context_says_it_is_too_long_as_anthropic_does(tiny_ch
         with pytest.raises(anthropic.BadRequestError) as info:
             long = [{"role": "user", "content": "word " * 100}]
             client.messages.create(model="m", max_tokens=8, messages=long, stream=stream)
+        chat = httpx.post(f"{url}/s/long/v1/chat/completions", json={"messages": long})
+        assert (chat.status_code, chat.json()["error"]["code"]) == (400, "context_length_exceeded")
     error = info.value.body["error"]
     assert error["type"] == "invalid_request_error", error
     prompt, maximum = map(int, error["message"].removeprefix("prompt is too long: ")

@@ -17,6 +17,7 @@ from typing import Any
 
 from agentfly_cli.serve.dialects import chat_events
 from agentfly_cli.serve.errors import ContextTooLong, RequestError
+from agentfly_cli.serve.gateway import count_tokens as count_prompt
 
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error",
                403: "permission_error", 404: "not_found_error", 413: "request_too_large",
@@ -122,7 +123,7 @@ def _message(i: int, message: Any) -> list[dict[str, Any]]:
 
 def _refused(where: str, kind: str, role: str) -> RequestError:
     return RequestError(
-        f"{where}: {kind} blocks are not supported in a {role} message by this gateway (it "
+        f"{where}: {kind} blocks are not supported in {role} content by this gateway (it "
         "serves text models: text, tool_use in assistant turns, tool_result in user turns)",
         "messages",
     )
@@ -172,7 +173,9 @@ def _assistant(i: int, blocks: list[dict[str, Any]]) -> dict[str, Any]:
         where, kind = f"messages.{i}.content.{j}", block["type"]
         if kind == "text":
             texts.append(_text(where, block))
-        elif kind == "thinking" and isinstance(block.get("thinking"), str):
+        elif kind == "thinking":
+            if not isinstance(block.get("thinking"), str):
+                raise RequestError(f"{where}.thinking: must be a string", "messages")
             reasoning.append(block["thinking"])
         elif kind == "redacted_thinking":
             continue  # another model's encrypted reasoning: nothing this model can read
@@ -408,7 +411,7 @@ async def create(gateway: Any, session: str | None, body: Any) -> Any:
 async def count_tokens(gateway: Any, session: str | None, body: Any) -> dict[str, int]:
     """``POST /v1/messages/count_tokens``: the rendered prompt's length (nothing sampled or
     recorded; the session is not opened)."""
-    return {"input_tokens": await gateway.count_tokens(to_chat(body, counting=True))}
+    return {"input_tokens": await count_prompt(gateway, to_chat(body, counting=True))}
 
 
 ROUTES = (("/v1/messages", create), ("/v1/messages/count_tokens", count_tokens))
