@@ -302,3 +302,25 @@ def test_the_chat_side_names_the_stop_string_and_streams_usage_when_asked(tiny_c
         Gateway(Replies(tiny_chat, []), tiny_chat, get_parser("hermes"), "m").check(
             {**body, "stream_options": "yes"}
         )
+
+
+def test_a_client_that_leaves_a_messages_stream_stops_the_sampling_and_records_nothing(
+    tiny_chat,
+):
+    from agentfly_cli.serve.dialects import chat_events
+
+    backend = Dribble(tiny_chat, ["word " * 50])
+    gateway = Gateway(backend, tiny_chat, get_parser("hermes"), "m")
+    request = {**BASE, "messages": [{"role": "user", "content": "Talk."}], "stream": True}
+
+    async def leave_early():
+        chat = await chat_events(gateway, "s", dialect.to_chat(request))  # held: no GC closes it
+        events = dialect.stream(chat, request)
+        seen = [await events.__anext__() for _ in range(4)]
+        await events.aclose()  # what Starlette does when the client leaves
+        await asyncio.sleep(0.2)  # time enough to sample the rest, were it not stopped
+        return seen, chat
+
+    seen, _ = asyncio.run(leave_early())
+    assert [e.split("\n", 1)[0] for e in seen][:2] == ["event: message_start", "event: ping"]
+    assert backend.cancelled == 1 and gateway.episodes["s"].segments == []
