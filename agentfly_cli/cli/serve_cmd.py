@@ -74,7 +74,8 @@ def serve(
     """Serve the OpenAI chat API for MODEL, recording each session's requests.
 
     Point any OpenAI client at http://HOST:PORT/s/EPISODE/v1 and every request of the episode
-    is recorded token-exactly. POST /sessions/EPISODE/end with {"reward": R} ends the episode
+    is recorded token-exactly (an Anthropic client at http://HOST:PORT/s/EPISODE: the Messages
+    API, recorded alike). POST /sessions/EPISODE/end with {"reward": R} ends the episode
     and returns its trajectories (and appends them to --record).
     """
     if not 0 <= port <= 65535:

@@ -6,6 +6,8 @@ Routes, with and without a session prefix ``/s/{session}`` (give an agent the ba
 - ``GET  /v1/models``
 - ``POST /v1/chat/completions`` (``stream: true`` answers with server-sent events, the text as
   it is sampled)
+- the other dialects' routes (:mod:`.dialects`): ``POST /v1/messages`` (Anthropic Messages)
+  and ``/v1/messages/count_tokens``, converted to chat completions and recorded alike
 - ``POST /sessions/{session}/end`` with an optional ``{"reward": R}``: the episode's segments
   as trajectory JSON; the session is closed
 - ``GET  /sessions``: the open sessions and their request and segment counts
@@ -24,7 +26,11 @@ from typing import Any
 from agentfly_cli.backends.base import BackendUnavailableError
 from agentfly_cli.chat.templates import ChatTemplateError
 from agentfly_cli.serve.auth import Access, is_json, refusal
+from agentfly_cli.serve.dialects import chat_events
+from agentfly_cli.serve.dialects import messages as anthropic_messages
 from agentfly_cli.serve.gateway import Gateway, RequestError
+
+DIALECTS = (anthropic_messages,)  # each mounts its ROUTES (dialects/__init__.py)
 
 log = logging.getLogger(__name__)
 
@@ -66,34 +72,39 @@ def build_app(gateway: Gateway, on_episode: Any = None, access: Access | None = 
     limit = gateway.limits.max_body_bytes
 
     def error(message: str, status: int = 400, param: str | None = None,
-              code: str | None = None) -> Any:  # fmt: skip
+              code: str | None = None, dialect: Any = None) -> Any:  # fmt: skip
+        """An error response in OpenAI's shape, or in ``dialect``'s (its ``error_body``)."""
+        if dialect is not None:
+            return JSONResponse(dialect.error_body(status, message, code), status_code=status)
         kind = "invalid_request_error" if status < 500 else "server_error"
         body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
         return JSONResponse(body, status_code=status)
 
-    def refused(request: Request, admin: bool = False) -> Any:
+    def refused(request: Request, admin: bool = False, dialect: Any = None) -> Any:
         why = refusal(access, request.headers, admin=admin)
-        return None if why is None else error(why.message, why.status, code=why.code)
+        return None if why is None else error(why.message, why.status, code=why.code,
+                                              dialect=dialect)  # fmt: skip
 
-    async def json_body(request: Request, empty: Any = None) -> Any:
+    async def json_body(request: Request, empty: Any = None, dialect: Any = None) -> Any:
         """The body as JSON (``empty`` when there is none); an error response when bad."""
         try:
             raw = await read_body(request, limit)
         except BodyTooLarge:
             return error(f"the request body is over {limit} bytes (agentfly serve "
-                         "--max-body-bytes)", 413)  # fmt: skip
+                         "--max-body-bytes)", 413, dialect=dialect)  # fmt: skip
         if not raw.strip() and empty is not None:
             return empty
         if not is_json(request.headers.get("content-type")):
             kind = request.headers.get("content-type") or "none"
             return error(f"the request body is not JSON (Content-Type: {kind}); send it "
-                         "with Content-Type: application/json")  # fmt: skip
+                         "with Content-Type: application/json", dialect=dialect)  # fmt: skip
         try:
             return json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            return error(f"the request body is not JSON: {exc}")
+            return error(f"the request body is not JSON: {exc}", dialect=dialect)
         except RecursionError:
-            return error("the request body is not JSON this gateway reads: nested too deeply")
+            return error("the request body is not JSON this gateway reads: nested too deeply",
+                         dialect=dialect)  # fmt: skip
 
     async def models(request: Request) -> Any:
         if (no := refused(request)) is not None:
@@ -103,31 +114,40 @@ def build_app(gateway: Gateway, on_episode: Any = None, access: Access | None = 
                  "owned_by": "agentfly"}  # fmt: skip
         return JSONResponse({"object": "list", "data": [model]})
 
-    async def completions(request: Request) -> Any:
-        if (no := refused(request)) is not None:
+    async def answer(request: Request, work: Any, dialect: Any = None) -> Any:
+        """A completion route: the access checks, the JSON body, ``work(gateway, session,
+        body)`` (a reply sent as JSON, or events streamed), its errors in the dialect's shape."""
+        if (no := refused(request, dialect=dialect)) is not None:
             return no
-        body = await json_body(request)
+        body = await json_body(request, dialect=dialect)
         if isinstance(body, JSONResponse):
             return body
         session = request.path_params.get("session")
         try:
-            if isinstance(body, dict) and body.get("stream"):
-                events = gateway.stream(session, body)
-                first = await events.__anext__()  # planned: errors come before any event
-                return StreamingResponse(_chain(first, events), media_type="text/event-stream")
-            reply = await gateway.complete(session, body)
+            reply = await work(gateway, session, body)  # a stream: planned, errors come first
         except RequestError as exc:
-            return error(str(exc), status=exc.status, param=exc.param)
+            return error(str(exc), exc.status, exc.param, exc.code, dialect)
         except ChatTemplateError as exc:  # messages the model's template cannot render
-            return error(str(exc), param="messages")
+            return error(str(exc), param="messages", dialect=dialect)
         except RecursionError:
-            return error("the request is nested too deeply to read", param="messages")
+            return error("the request is nested too deeply to read", param="messages",
+                         dialect=dialect)  # fmt: skip
         except BackendUnavailableError as exc:
-            return error(f"the model backend is unavailable: {exc}", status=503)
+            return error(f"the model backend is unavailable: {exc}", 503, dialect=dialect)
         except Exception as exc:  # a bug: one JSON error for the client, the trace in the log
             log.exception("gateway: the request failed")
-            return error(f"internal error ({type(exc).__name__}: {exc})", status=500)
-        return JSONResponse(reply)
+            return error(f"internal error ({type(exc).__name__}: {exc})", 500, dialect=dialect)
+        if isinstance(reply, dict):
+            return JSONResponse(reply)
+        return StreamingResponse(reply, media_type="text/event-stream")
+
+    def endpoint(work: Any, dialect: Any = None) -> Any:
+        async def route(request: Request) -> Any:
+            return await answer(request, work, dialect)
+
+        return route
+
+    completions = endpoint(_chat_completion)
 
     async def end(request: Request) -> Any:
         if (no := refused(request, admin=True)) is not None:
@@ -172,7 +192,19 @@ def build_app(gateway: Gateway, on_episode: Any = None, access: Access | None = 
         Route("/sessions", sessions),
         Route("/sessions/{session}/end", end, methods=["POST"]),
     ]
+    for dialect in DIALECTS:
+        for path, work in dialect.ROUTES:
+            route = endpoint(work, dialect)
+            routes += [Route(path, route, methods=["POST"]),
+                       Route(f"/s/{{session}}{path}", route, methods=["POST"])]  # fmt: skip
     return Starlette(routes=routes)
+
+
+async def _chat_completion(gateway: Gateway, session: str | None, body: Any) -> Any:
+    """``POST /v1/chat/completions``: the reply, or its events with ``stream: true``."""
+    if isinstance(body, dict) and body.get("stream"):
+        return await chat_events(gateway, session, body)
+    return await gateway.complete(session, body)
 
 
 def _finite(number: float) -> bool:
@@ -181,13 +213,3 @@ def _finite(number: float) -> bool:
         return math.isfinite(number)
     except OverflowError:
         return False
-
-
-async def _chain(first: str, rest: Any) -> Any:
-    """``first``, then the events of ``rest`` (closed when the client leaves)."""
-    try:
-        yield first
-        async for event in rest:
-            yield event
-    finally:
-        await rest.aclose()

@@ -7,10 +7,25 @@ class RequestError(ValueError):
     """A request the API refuses (HTTP 400), with the parameter at fault."""
 
     status = 400
+    code: str | None = None  # OpenAI's error code, where one fits
 
     def __init__(self, message: str, param: str | None = None) -> None:
         super().__init__(message)
         self.param = param
+
+
+class ContextTooLong(RequestError):
+    """A rendered prompt of ``tokens`` ids that leaves no room in the ``limit``-token context
+    (HTTP 400, OpenAI's code ``context_length_exceeded``); a dialect may word it its way."""
+
+    code = "context_length_exceeded"
+
+    def __init__(self, tokens: int, limit: float, message: str | None = None) -> None:
+        super().__init__(
+            message or f"the conversation ({tokens} tokens) does not fit the context "
+            f"({limit} tokens)", "messages",
+        )  # fmt: skip
+        self.tokens, self.limit = tokens, limit
 
 
 class SessionEnded(RequestError):

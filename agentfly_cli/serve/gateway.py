@@ -21,6 +21,7 @@ from typing import Any
 from agentfly_cli.backends.base import Generation, RequestContext, SamplingParams
 from agentfly_cli.serve.capture import Episode, Plan
 from agentfly_cli.serve.errors import (  # noqa: F401 (the gateway's errors, importable from here)
+    ContextTooLong,
     RequestError,
     SessionEnded,
     TooManySessions,
@@ -53,6 +54,7 @@ class Sampling:
     parse_calls: bool
     stream: bool
     stops: tuple[str, ...] = ()  # the request's stop strings: cut from the reply's text
+    usage: str = ""  # streamed usage: "" none, "last" a final chunk, "each" every chunk too
 
 
 class Gateway:
@@ -187,7 +189,8 @@ class Gateway:
             seed=seed,
         )
         stream = bool(body.get("stream", False))
-        return messages, Sampling(n, params, tools, choice != "none", stream, tuple(stops))
+        usage = _stream_usage(body.get("stream_options"))
+        return messages, Sampling(n, params, tools, choice != "none", stream, tuple(stops), usage)
 
     async def prepare(
         self, session: str | None, checked: tuple[list[dict[str, Any]], Sampling]
@@ -220,11 +223,7 @@ class Gateway:
                 plan = render[0](*render[1:])  # a few kB: faster than a thread's round trip
             limit = min(self.max_prompt_tokens or math.inf, context_limit(self.backend))
             if len(plan.prompt_ids) >= limit:
-                raise RequestError(
-                    f"the conversation ({len(plan.prompt_ids)} tokens) does not fit the "
-                    f"context ({limit} tokens)",
-                    "messages",
-                )
+                raise ContextTooLong(len(plan.prompt_ids), limit)
         except BaseException:
             self.release(episode)
             raise
@@ -252,6 +251,8 @@ class Gateway:
             )
             choices.append({"index": i, "message": message, "finish_reason": finish,
                             "logprobs": None})  # fmt: skip
+            if (stop := self.stop_sequence(generation, sampling.stops)) is not None:
+                choices[-1]["stop_reason"] = stop  # as vLLM's server says it
         self.finish_request(session, episode, plan, generations, [c["message"] for c in choices])
         completion_tokens = sum(len(g.token_ids) for g in generations)
         return {
@@ -330,12 +331,7 @@ class Gateway:
         """The OpenAI assistant message for a generation, and its finish reason. As OpenAI does,
         the text ends before a stop string (the recorded ids keep the token that held it).
         ``tools``: the request's tool definitions, for a format that types values by them."""
-        ids = list(generation.token_ids)
-        body = ids[:-1] if ids and ids[-1] in self._eot else ids
-        text = self.chat.decode(body)
-        cuts = [text.find(stop) for stop in stops if stop in text]
-        if cuts:
-            text = text[: min(cuts)]
+        text, _ = reply_text(self.chat, self._eot, generation, stops)
         message: dict[str, Any] = {"role": "assistant", "content": text}
         finish = "length" if generation.finish_reason == "length" else "stop"
         if not parse_calls:
@@ -360,6 +356,10 @@ class Gateway:
             ]
             finish = "tool_calls"
         return message, finish
+
+    def stop_sequence(self, generation: Generation, stops: tuple[str, ...]) -> str | None:
+        """The stop string that ended the reply's text (None: none did, or none was asked)."""
+        return reply_text(self.chat, self._eot, generation, stops)[1] if stops else None
 
     def parser_for(self, tools: list | None) -> Any:
         """The parser, typing argument values by the request's tool schemas where its format
@@ -386,6 +386,28 @@ class Gateway:
         return ids
 
 
+async def count_tokens(gateway: Gateway, body: Any) -> int:
+    """The length of a request's prompt rendered in full (in a worker thread); nothing is
+    sampled or recorded, no session opened."""
+    messages, sampling = gateway.check(body)
+    plan = await asyncio.to_thread(Episode("count").plan, gateway.chat, messages, sampling.tools)
+    return len(plan.prompt_ids)
+
+
+def reply_text(
+    chat: Any, eot: set[int], generation: Generation, stops: tuple[str, ...]
+) -> tuple[str, str | None]:
+    """A generation's text (without its end-of-turn id), ending before the first stop string
+    in it, and that string (None: none was in it)."""
+    ids = list(generation.token_ids)
+    text = chat.decode(ids[:-1] if ids and ids[-1] in eot else ids)
+    cuts = [(text.find(stop), stop) for stop in stops if stop in text]
+    if not cuts:
+        return text, None
+    at, stop = min(cuts)
+    return text[:at], stop
+
+
 def _render_size(messages: list[dict[str, Any]], tools: Any) -> bool:
     """Whether rendering these messages (and ``tools``) is worth a worker thread: over
     ``INLINE_RENDER_CHARS`` of text, about 10 ms of the event loop."""
@@ -397,6 +419,18 @@ def _render_size(messages: list[dict[str, Any]], tools: Any) -> bool:
         if size > INLINE_RENDER_CHARS:
             return True
     return bool(tools) and size + len(str(tools)) > INLINE_RENDER_CHARS
+
+
+def _stream_usage(options: Any) -> str:
+    """What usage a stream reports: ``stream_options.include_usage`` (OpenAI's: a last chunk
+    with the request's usage), with vLLM's ``continuous_usage_stats`` (every chunk, so far)."""
+    if options is None:
+        return ""
+    if not isinstance(options, dict):
+        raise RequestError("'stream_options' must be an object", "stream_options")
+    if not options.get("include_usage"):
+        return ""
+    return "each" if options.get("continuous_usage_stats") else "last"
 
 
 def _check_message(i: int, message: Any) -> None:

@@ -218,6 +218,11 @@ async def stream_events(
             "created": int(time.time()), "model": gateway.model_name}  # fmt: skip
     think = opens_in_think(gateway.chat, plan.prompt_ids)
     events: asyncio.Queue[str | None] = asyncio.Queue()
+    sampled = [0]  # ids sampled so far, all choices together (usage)
+
+    def emit(index: int, delta: dict, finish: str | None = None, **extra: Any) -> None:
+        usage = _usage(plan, sampled[0]) if sampling.usage == "each" else None
+        events.put_nowait(_event(base, index, delta, finish, usage, **extra))
 
     async def choice(index: int) -> tuple[Generation, dict[str, Any]]:
         streamer = ReplyStream(
@@ -228,7 +233,7 @@ async def stream_events(
             parse_calls=sampling.parse_calls,
             opens_in_think=think,
         )
-        events.put_nowait(_event(base, index, {"role": "assistant", "content": ""}))
+        emit(index, {"role": "assistant", "content": ""})
         params, context = gateway.request_args(sampling, episode, index)
         version = getattr(gateway.backend, "policy_version", 0)
         generation, fed = None, 0
@@ -237,23 +242,26 @@ async def stream_events(
                 generation = item
                 continue
             fed += len(item)
+            sampled[0] += len(item)
             delta = streamer.feed(item)
             if delta:
-                events.put_nowait(_event(base, index, delta))
+                emit(index, delta)
         if generation is None:
             raise RuntimeError(f"the {gateway.backend.name} backend's stream gave no Generation")
         if generation.policy_version is None:
             generation.policy_version = version
+        sampled[0] += len(generation.token_ids) - fed
         delta = streamer.feed(generation.token_ids[fed:])  # ids the last step sampled
         if delta:
-            events.put_nowait(_event(base, index, delta))
+            emit(index, delta)
         message, finish = gateway.reply(
             generation, sampling.parse_calls, sampling.stops, sampling.tools
         )
         last = streamer.finish(message)
         if last:
-            events.put_nowait(_event(base, index, last))
-        events.put_nowait(_event(base, index, {}, finish))
+            emit(index, last)
+        stop = gateway.stop_sequence(generation, sampling.stops)
+        emit(index, {}, finish, **({} if stop is None else {"stop_reason": stop}))
         return generation, message
 
     async def run_all() -> list[tuple[Generation, dict[str, Any]]]:
@@ -282,12 +290,25 @@ async def stream_events(
         if results is None and session is None:  # a one-request episode that never was
             gateway.episodes.pop(episode.id, None)
     gateway.finish_request(session, episode, plan, [g for g, _ in results], [m for _, m in results])
+    if sampling.usage:  # OpenAI's usage chunk: no choices, the whole request's usage
+        total = sum(len(g.token_ids) for g, _ in results)
+        yield f"data: {json.dumps({**base, 'choices': [], 'usage': _usage(plan, total)})}\n\n"
     yield "data: [DONE]\n\n"
 
 
-def _event(base: dict, index: int, delta: dict, finish: str | None = None) -> str:
+def _usage(plan: Any, sampled: int) -> dict[str, int]:
+    prompt = len(plan.prompt_ids)
+    return {"prompt_tokens": prompt, "completion_tokens": sampled, "total_tokens": prompt + sampled}
+
+
+def _event(
+    base: dict, index: int, delta: dict, finish: str | None = None, usage: dict | None = None,
+    **extra: Any,
+) -> str:  # fmt: skip
     chunk = {**base, "choices": [{"index": index, "delta": delta, "finish_reason": finish,
-                                  "logprobs": None}]}  # fmt: skip
+                                  "logprobs": None, **extra}]}  # fmt: skip
+    if usage is not None:
+        chunk["usage"] = usage
     return f"data: {json.dumps(chunk)}\n\n"
 
 
