@@ -6,6 +6,8 @@ Routes, with and without a session prefix ``/s/{session}`` (give an agent the ba
 - ``GET  /v1/models``
 - ``POST /v1/chat/completions`` (``stream: true`` answers with server-sent events, the text as
   it is sampled)
+- ``POST /v1/responses``: OpenAI's Responses API (:mod:`.dialects.responses`), converted to
+  and from a chat completion; every dialect is served by the same handler
 - ``POST /sessions/{session}/end`` with an optional ``{"reward": R}``: the episode's segments
   as trajectory JSON; the session is closed
 - ``GET  /sessions``: the open sessions and their request and segment counts
@@ -24,6 +26,8 @@ from typing import Any
 from agentfly_cli.backends.base import BackendUnavailableError
 from agentfly_cli.chat.templates import ChatTemplateError
 from agentfly_cli.serve.auth import Access, is_json, refusal
+from agentfly_cli.serve.dialects.responses import ResponsesDialect
+from agentfly_cli.serve.errors import error_body
 from agentfly_cli.serve.gateway import Gateway, RequestError
 
 log = logging.getLogger(__name__)
@@ -66,34 +70,34 @@ def build_app(gateway: Gateway, on_episode: Any = None, access: Access | None = 
     limit = gateway.limits.max_body_bytes
 
     def error(message: str, status: int = 400, param: str | None = None,
-              code: str | None = None) -> Any:  # fmt: skip
-        kind = "invalid_request_error" if status < 500 else "server_error"
-        body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
-        return JSONResponse(body, status_code=status)
+              code: str | None = None, shape: Any = error_body) -> Any:  # fmt: skip
+        """An error response, its body in ``shape`` (a dialect's ``error_body``)."""
+        return JSONResponse(shape(status, message, param, code), status_code=status)
 
-    def refused(request: Request, admin: bool = False) -> Any:
+    def refused(request: Request, admin: bool = False, shape: Any = error_body) -> Any:
         why = refusal(access, request.headers, admin=admin)
-        return None if why is None else error(why.message, why.status, code=why.code)
+        return None if why is None else error(why.message, why.status, code=why.code, shape=shape)
 
-    async def json_body(request: Request, empty: Any = None) -> Any:
+    async def json_body(request: Request, empty: Any = None, shape: Any = error_body) -> Any:
         """The body as JSON (``empty`` when there is none); an error response when bad."""
         try:
             raw = await read_body(request, limit)
         except BodyTooLarge:
             return error(f"the request body is over {limit} bytes (agentfly serve "
-                         "--max-body-bytes)", 413)  # fmt: skip
+                         "--max-body-bytes)", 413, shape=shape)  # fmt: skip
         if not raw.strip() and empty is not None:
             return empty
         if not is_json(request.headers.get("content-type")):
             kind = request.headers.get("content-type") or "none"
             return error(f"the request body is not JSON (Content-Type: {kind}); send it "
-                         "with Content-Type: application/json")  # fmt: skip
+                         "with Content-Type: application/json", shape=shape)  # fmt: skip
         try:
             return json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            return error(f"the request body is not JSON: {exc}")
+            return error(f"the request body is not JSON: {exc}", shape=shape)
         except RecursionError:
-            return error("the request body is not JSON this gateway reads: nested too deeply")
+            return error("the request body is not JSON this gateway reads: nested too deeply",
+                         shape=shape)  # fmt: skip
 
     async def models(request: Request) -> Any:
         if (no := refused(request)) is not None:
@@ -103,31 +107,45 @@ def build_app(gateway: Gateway, on_episode: Any = None, access: Access | None = 
                  "owned_by": "agentfly"}  # fmt: skip
         return JSONResponse({"object": "list", "data": [model]})
 
-    async def completions(request: Request) -> Any:
-        if (no := refused(request)) is not None:
+    async def answer(request: Request, dialect: Any = None) -> Any:
+        """A chat completion, plain or streamed; with a ``dialect`` (:mod:`.dialects`), the
+        request and its answer converted from and to that API, its errors in its shape."""
+        shape = error_body if dialect is None else dialect.error_body
+        if (no := refused(request, shape=shape)) is not None:
             return no
-        body = await json_body(request)
+        body = await json_body(request, shape=shape)
         if isinstance(body, JSONResponse):
             return body
         session = request.path_params.get("session")
         try:
-            if isinstance(body, dict) and body.get("stream"):
-                events = gateway.stream(session, body)
+            chat = body if dialect is None else dialect.to_chat(session, body)
+            if isinstance(chat, dict) and chat.get("stream"):
+                events = gateway.stream(session, chat)
+                if dialect is not None:
+                    events = dialect.events(session, body, chat, events)
                 first = await events.__anext__()  # planned: errors come before any event
                 return StreamingResponse(_chain(first, events), media_type="text/event-stream")
-            reply = await gateway.complete(session, body)
+            reply = await gateway.complete(session, chat)
+            if dialect is not None:
+                reply = dialect.from_chat(session, body, chat, reply)
         except RequestError as exc:
-            return error(str(exc), status=exc.status, param=exc.param)
+            return error(str(exc), exc.status, exc.param, exc.code, shape)
         except ChatTemplateError as exc:  # messages the model's template cannot render
-            return error(str(exc), param="messages")
+            return error(str(exc), param="messages", shape=shape)
         except RecursionError:
-            return error("the request is nested too deeply to read", param="messages")
+            return error("the request is nested too deeply to read", param="messages", shape=shape)
         except BackendUnavailableError as exc:
-            return error(f"the model backend is unavailable: {exc}", status=503)
+            return error(f"the model backend is unavailable: {exc}", status=503, shape=shape)
         except Exception as exc:  # a bug: one JSON error for the client, the trace in the log
             log.exception("gateway: the request failed")
-            return error(f"internal error ({type(exc).__name__}: {exc})", status=500)
+            return error(f"internal error ({type(exc).__name__}: {exc})", 500, shape=shape)
         return JSONResponse(reply)
+
+    def served_as(dialect: Any) -> Any:
+        async def handle(request: Request) -> Any:
+            return await answer(request, dialect)
+
+        return handle
 
     async def end(request: Request) -> Any:
         if (no := refused(request, admin=True)) is not None:
@@ -167,11 +185,14 @@ def build_app(gateway: Gateway, on_episode: Any = None, access: Access | None = 
     routes = [
         Route("/v1/models", models),
         Route("/s/{session}/v1/models", models),
-        Route("/v1/chat/completions", completions, methods=["POST"]),
-        Route("/s/{session}/v1/chat/completions", completions, methods=["POST"]),
+        Route("/v1/chat/completions", answer, methods=["POST"]),
+        Route("/s/{session}/v1/chat/completions", answer, methods=["POST"]),
         Route("/sessions", sessions),
         Route("/sessions/{session}/end", end, methods=["POST"]),
     ]
+    for dialect in (ResponsesDialect(gateway),):  # each dialect: its path, with and without /s/
+        for path in (dialect.path, "/s/{session}" + dialect.path):
+            routes.append(Route(path, served_as(dialect), methods=["POST"]))
     return Starlette(routes=routes)
 
 

@@ -7,10 +7,17 @@ class RequestError(ValueError):
     """A request the API refuses (HTTP 400), with the parameter at fault."""
 
     status = 400
+    code: str | None = None  # the error's machine-readable code (OpenAI's ``code``)
 
     def __init__(self, message: str, param: str | None = None) -> None:
         super().__init__(message)
         self.param = param
+
+
+class ContextLengthExceeded(RequestError):
+    """A conversation whose rendered prompt does not fit the model's context (HTTP 400)."""
+
+    code = "context_length_exceeded"
 
 
 class SessionEnded(RequestError):
@@ -29,3 +36,11 @@ class TooManySessions(RequestError):
     """A new session while ``limits.max_sessions`` are open (HTTP 429)."""
 
     status = 429
+
+
+def error_body(
+    status: int, message: str, param: str | None = None, code: str | None = None
+) -> dict:
+    """An error in OpenAI's format: ``invalid_request_error`` below 500, else ``server_error``."""
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}

@@ -21,6 +21,7 @@ from typing import Any
 from agentfly_cli.backends.base import Generation, RequestContext, SamplingParams
 from agentfly_cli.serve.capture import Episode, Plan
 from agentfly_cli.serve.errors import (  # noqa: F401 (the gateway's errors, importable from here)
+    ContextLengthExceeded,
     RequestError,
     SessionEnded,
     TooManySessions,
@@ -53,6 +54,7 @@ class Sampling:
     parse_calls: bool
     stream: bool
     stops: tuple[str, ...] = ()  # the request's stop strings: cut from the reply's text
+    include_usage: bool = False  # stream_options.include_usage: a last chunk with the usage
 
 
 class Gateway:
@@ -187,7 +189,11 @@ class Gateway:
             seed=seed,
         )
         stream = bool(body.get("stream", False))
-        return messages, Sampling(n, params, tools, choice != "none", stream, tuple(stops))
+        options = body.get("stream_options") or {}
+        if not isinstance(options, dict):
+            raise RequestError("'stream_options' must be an object", "stream_options")
+        usage = stream and bool(options.get("include_usage"))
+        return messages, Sampling(n, params, tools, choice != "none", stream, tuple(stops), usage)
 
     async def prepare(
         self, session: str | None, checked: tuple[list[dict[str, Any]], Sampling]
@@ -220,7 +226,7 @@ class Gateway:
                 plan = render[0](*render[1:])  # a few kB: faster than a thread's round trip
             limit = min(self.max_prompt_tokens or math.inf, context_limit(self.backend))
             if len(plan.prompt_ids) >= limit:
-                raise RequestError(
+                raise ContextLengthExceeded(
                     f"the conversation ({len(plan.prompt_ids)} tokens) does not fit the "
                     f"context ({limit} tokens)",
                     "messages",

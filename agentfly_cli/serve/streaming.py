@@ -281,7 +281,13 @@ async def stream_events(
         task.cancel()
         if results is None and session is None:  # a one-request episode that never was
             gateway.episodes.pop(episode.id, None)
-    gateway.finish_request(session, episode, plan, [g for g, _ in results], [m for _, m in results])
+    generations = [g for g, _ in results]
+    gateway.finish_request(session, episode, plan, generations, [m for _, m in results])
+    if sampling.include_usage:  # OpenAI's last chunk: no choices, the request's usage
+        sampled = sum(len(g.token_ids) for g in generations)
+        usage = {"prompt_tokens": len(plan.prompt_ids), "completion_tokens": sampled,
+                 "total_tokens": len(plan.prompt_ids) + sampled}  # fmt: skip
+        yield f"data: {json.dumps({**base, 'choices': [], 'usage': usage})}\n\n"
     yield "data: [DONE]\n\n"
 
 

@@ -1,0 +1,1 @@
+"""The APIs the gateway speaks besides chat completions, each converted to and from one."""
