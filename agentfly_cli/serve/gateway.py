@@ -189,10 +189,7 @@ class Gateway:
             seed=seed,
         )
         stream = bool(body.get("stream", False))
-        options = body.get("stream_options") or {}
-        if not isinstance(options, dict):
-            raise RequestError("'stream_options' must be an object", "stream_options")
-        usage = stream and bool(options.get("include_usage"))
+        usage = stream and _include_usage(body)
         return messages, Sampling(n, params, tools, choice != "none", stream, tuple(stops), usage)
 
     async def prepare(
@@ -403,6 +400,14 @@ def _render_size(messages: list[dict[str, Any]], tools: Any) -> bool:
         if size > INLINE_RENDER_CHARS:
             return True
     return bool(tools) and size + len(str(tools)) > INLINE_RENDER_CHARS
+
+
+def _include_usage(body: dict) -> bool:
+    """``stream_options.include_usage``: a streamed reply ends with a chunk of its usage."""
+    options = body.get("stream_options") or {}
+    if not isinstance(options, dict):
+        raise RequestError("'stream_options' must be an object", "stream_options")
+    return bool(options.get("include_usage"))
 
 
 def _check_message(i: int, message: Any) -> None:

@@ -74,7 +74,9 @@ def test_function_calls_join_the_assistant_message_before_them_and_outputs_are_t
     user, assistant, first, second, alone = input_messages(items)
     assert assistant["content"] == "Computing." and assistant["reasoning_content"] == "Two sums."
     assert [c["id"] for c in assistant["tool_calls"]] == ["call_1", "call_2"]
-    assert json.loads(assistant["tool_calls"][1]["function"]["arguments"]) == {"expression": "2 + 2"}
+    assert json.loads(assistant["tool_calls"][1]["function"]["arguments"]) == {
+        "expression": "2 + 2"
+    }
     assert first == {"role": "tool", "tool_call_id": "call_1", "content": "2"}
     assert second["content"] == "4"
     assert alone["content"] is None and alone["tool_calls"][0]["id"] == "call_3"
@@ -83,8 +85,14 @@ def test_function_calls_join_the_assistant_message_before_them_and_outputs_are_t
 def test_function_tools_and_tool_choice_convert_and_hosted_tools_are_refused():
     chat = to_chat({"input": "x", "tools": [FUNCTION],
                     "tool_choice": {"type": "function", "name": "calculator"}})  # fmt: skip
-    assert chat["tools"] == [{"type": "function", "function": {
-        key: FUNCTION[key] for key in ("name", "description", "parameters", "strict")}}]
+    assert chat["tools"] == [
+        {
+            "type": "function",
+            "function": {
+                key: FUNCTION[key] for key in ("name", "description", "parameters", "strict")
+            },
+        }
+    ]
     assert chat["tool_choice"] == {"type": "function", "function": {"name": "calculator"}}
     assert chat_tool_choice("required") == "required"
     assert chat_tool_choice({"type": "allowed_tools", "mode": "auto", "tools": []}) == "auto"
