@@ -271,3 +271,13 @@ def test_the_store_keeps_per_session_and_is_bounded():
     assert len(store) == 2 and store.get("a", "r3") is None  # the least recent session went
     with pytest.raises(ValueError):
         ResponseStore(per_session=0)
+
+
+def test_an_ended_sessions_responses_are_dropped_when_a_new_session_stores():
+    store = ResponseStore()
+    store.put("a", "r1", [], open_sessions={"a"})
+    store.put(None, "r2", [], open_sessions={"a"})  # without a session: kept by its own key
+    store._swept = 0.0  # the sweep runs at most once a second: let the next one run
+    store.put("b", "r3", [], open_sessions={"b"})  # "a" has ended meanwhile
+    assert store.get("a", "r1") is None and store.get("b", "r3") == []
+    assert store.get(None, "r2") == [] and len(store) == 2

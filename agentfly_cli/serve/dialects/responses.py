@@ -213,7 +213,7 @@ class ResponsesDialect:
     error_body = staticmethod(error_body)
 
     def __init__(self, gateway: Any, store: ResponseStore | None = None) -> None:
-        self.model = gateway.model_name
+        self.gateway, self.model = gateway, gateway.model_name
         self.store = store or ResponseStore()
 
     def to_chat(self, session: str | None, body: Any) -> dict[str, Any]:
@@ -245,4 +245,4 @@ class ResponsesDialect:
         follow-up sends its own) unless the request said ``store: false``."""
         if body.get("store", True):
             messages = chat["messages"][len(_instructions(body)) :]
-            self.store.put(session, response_id, [*messages, message])
+            self.store.put(session, response_id, [*messages, message], self.gateway.episodes)
