@@ -14,6 +14,7 @@ import threading
 import httpx
 import pytest
 
+from agentfly_cli.backends.base import Generation
 from agentfly_cli.chat.parsers import get_parser
 from agentfly_cli.chat.templates import ChatTemplate
 from agentfly_cli.serve.app import build_app
@@ -207,11 +208,14 @@ def test_a_malformed_request_does_not_disturb_a_good_one_in_another_session(tiny
     gateway.episodes["good"].segments[0].trajectory.check()
 
 
-def test_an_agents_sdk_agent_in_its_default_responses_mode(tiny_model, tiny_chat):
+@pytest.mark.parametrize("streamed", [False, True])
+def test_an_agents_sdk_agent_in_its_default_responses_mode(tiny_chat, streamed):
+    """The Agents SDK's default model (the Responses API) runs its own loop and function
+    tool; the reply's text and call (a message then a function_call item, echoed back as
+    items) extend one token-exact segment."""
     agents = pytest.importorskip("agents", reason="the OpenAI Agents SDK is a dev dependency")
-    backend, gateway, _, serving = served(
-        tiny_chat, [call("calculator", expression="17 * 23"), "It is 391."]
-    )
+    first = "Let me compute. " + call("calculator", expression="17 * 23")
+    backend, gateway, _, serving = served(tiny_chat, [first, "It is 391."])
     seen: list[str] = []
 
     @agents.function_tool
@@ -226,18 +230,61 @@ def test_an_agents_sdk_agent_in_its_default_responses_mode(tiny_model, tiny_chat
     async def sent(request):
         paths.append(request.url.path)
 
+    async def run(config):
+        if not streamed:
+            return await agents.Runner.run(agent, "What is 17 * 23?", run_config=config)
+        result = agents.Runner.run_streamed(agent, "What is 17 * 23?", run_config=config)
+        async for _ in result.stream_events():
+            pass
+        return result
+
     with serving as url:
         http = httpx.AsyncClient(event_hooks={"request": [sent]})
         client = openai.AsyncOpenAI(base_url=f"{url}/s/sdk-r/v1", api_key="none", http_client=http)
         provider = agents.OpenAIProvider(openai_client=client)  # its default: the Responses API
         agent = agents.Agent(name="calc", instructions="Use the calculator.", tools=[calculator],
                              model="tiny")  # fmt: skip
-        config = agents.RunConfig(model_provider=provider)
-        result = asyncio.run(agents.Runner.run(agent, "What is 17 * 23?", run_config=config))
+        result = asyncio.run(run(agents.RunConfig(model_provider=provider)))
     assert result.final_output == "It is 391." and seen == ["17 * 23"]
     assert paths == ["/s/sdk-r/v1/responses"] * 2
     trajectory = one_segment(gateway, "sdk-r", backend)
     assert trajectory.num_turns == 2
+
+
+def test_concurrent_sessions_continuing_by_previous_response_id_stay_apart(tiny_chat):
+    """Twenty sessions at once, each continuing its own stored response: every reply goes to
+    its own session, and each session is one segment holding only its own words."""
+
+    class Echo(Replies):
+        async def generate(self, prompt_ids, params, context=None):
+            said = self.chat.decode(prompt_ids).rsplit("word-", 1)[1].split()[0]
+            await asyncio.sleep(0.01)  # the others' requests meanwhile
+            ids = self.chat.encode_response(f"echo-{said}")
+            return Generation(ids, [-0.5] * len(ids), "stop")
+
+    backend = Echo(tiny_chat, [])
+    gateway = Gateway(backend, tiny_chat, get_parser("hermes"), "tiny")
+    sessions = [f"c-{i}" for i in range(20)]
+
+    async def converse(url, session):
+        client = openai.AsyncOpenAI(base_url=f"{url}/s/{session}/v1", api_key="none")
+        first = await client.responses.create(model="tiny", input=f"word-{session}a")
+        second = await client.responses.create(model="tiny", input=f"word-{session}b",
+                                               previous_response_id=first.id)  # fmt: skip
+        return first.output_text, second.output_text
+
+    async def everyone(url):
+        return await asyncio.gather(*(converse(url, s) for s in sessions))
+
+    with serving_in_thread(build_app(gateway)) as url:
+        replies = asyncio.run(everyone(url))
+    assert replies == [(f"echo-{s}a", f"echo-{s}b") for s in sessions]
+    for session in sessions:
+        [segment] = gateway.episodes[session].segments
+        segment.trajectory.check()
+        text = tiny_chat.decode(segment.trajectory.ids)
+        assert f"word-{session}a" in text and f"echo-{session}b" in text
+        assert all(f"word-{other}a" not in text for other in sessions if other != session)
 
 
 def test_agentfly_serve_answers_the_responses_api_with_the_tiny_models_samples(
@@ -312,3 +359,45 @@ def test_chat_streams_end_with_the_usage_when_asked_as_responses_streams_need(ti
             f"{url}/v1/chat/completions", json={"messages": hi, "stream": True, "stream_options": 1}
         )
         assert bad.status_code == 400 and bad.json()["error"]["param"] == "stream_options"
+
+
+def test_a_streamed_response_dribbles_its_text_and_a_client_that_leaves_records_nothing(
+    tiny_chat,
+):
+    from agentfly_cli.serve.dialects.responses import ResponsesDialect
+    from tests.serve.test_serve_streaming import Dribble
+
+    backend = Dribble(tiny_chat, ["Some words here.", "word " * 50, "word " * 50])
+    gateway = Gateway(backend, tiny_chat, get_parser("hermes"), "tiny")
+    dialect = ResponsesDialect(gateway)
+    body = {"input": "Talk.", "stream": True}
+
+    def events(session):
+        chat = dialect.to_chat(session, body)
+        return dialect.events(session, body, chat, gateway.stream(session, chat))
+
+    async def whole():
+        return [json.loads(e.split("data: ", 1)[1]) async for e in events("s")]
+
+    streamed = asyncio.run(whole())
+    deltas = [e["delta"] for e in streamed if e["type"] == "response.output_text.delta"]
+    assert len(deltas) > 3 and "".join(deltas) == "Some words here."
+    assert streamed[-1]["response"]["output"][0]["content"][0]["text"] == "Some words here."
+
+    async def leave_early():
+        stream = events("s")
+        seen = [await stream.__anext__() for _ in range(5)]
+        await stream.aclose()
+        await asyncio.sleep(0.2)  # time enough to sample the rest, were it not stopped
+        return seen
+
+    assert len(asyncio.run(leave_early())) == 5 and backend.cancelled == 1
+    assert len(gateway.episodes["s"].segments) == 1  # the first request's only
+    backend.fail_after = 3
+
+    async def failing():
+        return [json.loads(e.split("data: ", 1)[1]) async for e in events("s")]
+
+    failed = asyncio.run(failing())
+    assert failed[-1]["type"] == "response.failed"
+    assert len(gateway.episodes["s"].segments) == 1 and len(dialect.store) == 1
