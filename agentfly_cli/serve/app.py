@@ -7,7 +7,8 @@ Routes, with and without a session prefix ``/s/{session}`` (give an agent the ba
 - ``POST /v1/chat/completions`` (``stream: true`` answers with server-sent events, the text as
   it is sampled)
 - the other dialects' routes (:mod:`.dialects`): ``POST /v1/messages`` (Anthropic Messages)
-  and ``/v1/messages/count_tokens``, converted to chat completions and recorded alike
+  and ``/v1/messages/count_tokens``, ``POST /v1/responses`` (OpenAI Responses), converted to
+  chat completions and recorded alike
 - ``POST /sessions/{session}/end`` with an optional ``{"reward": R}``: the episode's segments
   as trajectory JSON; the session is closed
 - ``GET  /sessions``: the open sessions and their request and segment counts
@@ -28,9 +29,10 @@ from agentfly_cli.chat.templates import ChatTemplateError
 from agentfly_cli.serve.auth import Access, is_json, refusal
 from agentfly_cli.serve.dialects import chat_events
 from agentfly_cli.serve.dialects import messages as anthropic_messages
+from agentfly_cli.serve.dialects import responses as openai_responses
 from agentfly_cli.serve.gateway import Gateway, RequestError
 
-DIALECTS = (anthropic_messages,)  # each mounts its ROUTES (dialects/__init__.py)
+DIALECTS = (anthropic_messages, openai_responses)  # each mounts its ROUTES (dialects/__init__.py)
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +77,8 @@ def build_app(gateway: Gateway, on_episode: Any = None, access: Access | None = 
               code: str | None = None, dialect: Any = None) -> Any:  # fmt: skip
         """An error response in OpenAI's shape, or in ``dialect``'s (its ``error_body``)."""
         if dialect is not None:
-            return JSONResponse(dialect.error_body(status, message, code), status_code=status)
+            body = dialect.error_body(status, message, param, code)
+            return JSONResponse(body, status_code=status)
         kind = "invalid_request_error" if status < 500 else "server_error"
         body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
         return JSONResponse(body, status_code=status)

@@ -44,3 +44,11 @@ class TooManySessions(RequestError):
     """A new session while ``limits.max_sessions`` are open (HTTP 429)."""
 
     status = 429
+
+
+def error_body(
+    status: int, message: str, param: str | None = None, code: str | None = None
+) -> dict:
+    """An error in OpenAI's format: ``invalid_request_error`` below 500, else ``server_error``."""
+    kind = "invalid_request_error" if status < 500 else "server_error"
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}

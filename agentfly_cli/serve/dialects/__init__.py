@@ -11,8 +11,9 @@ request is recorded, bounded and checked exactly as a chat completion is:
 - ``from_chat(chat_response, request) -> dict``: a chat completion as the dialect's reply;
 - a streaming adapter: the gateway's chat-completions events (``data: {...}`` strings) in,
   the dialect's server-sent events out;
-- ``error_body(status, message, kind) -> dict``: the dialect's error shape (``kind``: the
-  gateway's error code, such as ``context_length_exceeded``, or None);
+- ``error_body(status, message, param, code) -> dict``: the dialect's error shape (``param``:
+  the chat-completions field at fault, ``code``: the gateway's error code, such as
+  ``context_length_exceeded``; either may be None);
 - ``ROUTES``: ``(path, handler)`` pairs, ``handler(gateway, session, body)`` answering with a
   reply (a dict, sent as JSON) or an async iterator of events; the app mounts each path with
   and without ``/s/{session}`` behind the same access checks, body limit and error handling.

@@ -293,9 +293,12 @@ def _usage(prompt: int, sampled: int) -> dict[str, int]:
             "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}  # fmt: skip
 
 
-def error_body(status: int, message: str, kind: str | None = None) -> dict[str, Any]:
-    """Anthropic's error shape; its type follows the status (``kind`` is not needed: the
-    context-length error is an ``invalid_request_error`` that says the prompt is too long)."""
+def error_body(
+    status: int, message: str, param: str | None = None, code: str | None = None
+) -> dict[str, Any]:
+    """Anthropic's error shape; its type follows the status (``param`` and ``code`` are not in
+    it: the context-length error is an ``invalid_request_error`` that says the prompt is too
+    long)."""
     default = "api_error" if status >= 500 else "invalid_request_error"
     return {"type": "error", "error": {"type": ERROR_TYPES.get(status, default),
                                        "message": message}}  # fmt: skip
