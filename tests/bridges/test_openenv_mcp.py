@@ -22,7 +22,11 @@ from agentfly_cli.rollout.summary import summarize  # noqa: E402
 from agentfly_cli.rollout.task_tool_schemas import normalize_tools  # noqa: E402
 from agentfly_cli.trajectory import read_trajectories  # noqa: E402
 from tests.bridges.openenv_mcp_gold import tool_call  # noqa: E402
-from tests.helpers.recipe_checks import agentfly, write_jsonl  # noqa: E402
+from tests.helpers.recipe_checks import (  # noqa: E402
+    agentfly,
+    check_short_training_run,
+    write_jsonl,
+)
 
 SESSIONS = 2
 SCRIPT = "openenv_mcp_server.py"
@@ -165,17 +169,10 @@ def test_eval_scores_the_held_out_episodes(server, tiny_model, tmp_path, gold, s
 
 
 def test_train_takes_rl_steps_on_the_mcp_server(server, tiny_model, tmp_path):
-    run = tmp_path / "run"
-    result = agentfly(
-        "train", recipe(server), "--model", tiny_model, "--out", run, "--quiet", *flags(),
-        "--set", "trainer.steps=2", "--set", "trainer.tasks_per_step=2", "--set", "rollout.n=2",
+    check_short_training_run(
+        recipe(server), tiny_model, tmp_path, *flags(),
         "--set", "rollout.max_turns=3", "--set", "rollout.max_tokens_per_turn=16",
-        "--set", "trainer.eval.every=0", "--set", "trainer.telemetry.sinks=[jsonl]",
     )  # fmt: skip
-    assert result.exit_code == 0, result.output
-    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [line["step"] for line in lines] == [1, 2]
-    assert all(0.0 <= line["reward/mean"] <= 1.0 for line in lines)
 
 
 def test_recipes_check_plays_a_given_gold_call_against_junk(server, tiny_model):

@@ -21,7 +21,7 @@ if not (VENV / "bin" / "python").exists() or not (VENV / ".offline-ready").exist
     pytest.skip(f"the verifiers 0.4 bridge needs its venv: {INSTALL}", allow_module_level=True)
 
 from agentfly_cli.trajectory import read_trajectories  # noqa: E402
-from tests.helpers.recipe_checks import agentfly  # noqa: E402
+from tests.helpers.recipe_checks import agentfly, check_short_training_run  # noqa: E402
 
 FIXTURE = Path(__file__).with_name("verifiers_fixtures") / "vf04_echo"
 WORDS = ("apple", "pear", "plum", "fig")
@@ -124,17 +124,7 @@ def test_eval_scores_the_held_out_tasks(tiny_model, tmp_path, say, gold):
 
 
 def test_train_takes_rl_steps_on_the_taskset(tiny_model, tmp_path):
-    run = tmp_path / "run"
-    result = agentfly(
-        "train", "verifiers:vf04-echo", *API, "--model", tiny_model, "--out", run, "--quiet",
-        "--set", "trainer.steps=2", "--set", "trainer.tasks_per_step=2",
-        "--set", "rollout.n=2", "--set", "rollout.max_tokens_per_turn=8",
-        "--set", "trainer.eval.every=0", "--set", "trainer.telemetry.sinks=[jsonl]",
-    )  # fmt: skip
-    assert result.exit_code == 0, result.output
-    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [line["step"] for line in lines] == [1, 2]
-    assert all(0.0 <= line["reward/mean"] <= 1.0 for line in lines)
+    check_short_training_run("verifiers:vf04-echo", tiny_model, tmp_path, *API)
 
 
 def test_bad_settings_are_one_line(tmp_path, monkeypatch):
