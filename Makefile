@@ -20,7 +20,7 @@ TORCH_ARGS := -c constraints/cpu.txt --extra-index-url https://download.pytorch.
 endif
 
 .PHONY: help install system-deps realdata realdata-or-warn install-vllm install-deepspeed install-ray \
-	install-bridges install-openenv install-verifiers \
+	install-bridges install-openenv install-verifiers install-agent-clis \
 	test test-slow lint format config-docs demo bench bench-venv bench-async clean
 
 help:
@@ -32,6 +32,7 @@ help:
 	@echo "make install-openenv  an OpenEnv server venv (.venv-openenv, openenv-core) for the openenv bridge's tests"
 	@echo "make install-verifiers  verifiers 0.3 and 0.4 venvs (.venv-verifiers-0.3, .venv-verifiers-0.4) for the verifiers bridge"
 	@echo "make install-bridges  the env-library bridges: extras (reasoning-gym, humaneval, textarena, bfcl), the openenv and verifiers venvs"
+	@echo "make install-agent-clis  Claude Code and Codex from npm (build/agent-clis) for the gateway's slow tests"
 	@echo "make demo       the main job (see README)"
 	@echo "make test       the test suite on every core (fast tests; serial: TEST_JOBS=0; slow ones: make test-slow)"
 	@echo "make lint       ruff"
@@ -126,6 +127,22 @@ $(VENV)/.ray-installed: $(VENV)/.installed
 	touch $@
 
 install-ray: $(VENV)/.ray-installed
+
+# Real coding-agent CLIs for the gateway's slow tests and the harness example: Claude Code and
+# Codex, pinned in scripts/agent_clis/package.json, installed from the npm registry (their native
+# binaries come as the packages' platform dependencies, from the registry too) into
+# build/agent-clis; their bin folder is build/agent-clis/node_modules/.bin.
+AGENT_CLIS := build/agent-clis
+$(AGENT_CLIS)/.installed: scripts/agent_clis/package.json
+	@command -v npm >/dev/null || { echo "install-agent-clis needs Node.js and npm (apt-get install nodejs npm)" >&2; exit 2; }
+	mkdir -p $(AGENT_CLIS)
+	cp scripts/agent_clis/package.json $(AGENT_CLIS)/package.json
+	cd $(AGENT_CLIS) && npm install --no-audit --no-fund --foreground-scripts
+	$(AGENT_CLIS)/node_modules/.bin/claude --version
+	$(AGENT_CLIS)/node_modules/.bin/codex --version
+	touch $@
+
+install-agent-clis: $(AGENT_CLIS)/.installed
 
 # The environment-library bridges' extras (reasoning-gym, humaneval, textarena;
 # docs/environments.md), so that `make test` runs their tests instead of skipping them, and

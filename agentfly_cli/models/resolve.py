@@ -41,10 +41,10 @@ def _build_smollm2(path: Path) -> None:
 _ALIASES = {
     "tiny": ModelAlias(
         "tiny",
-        "a 2-layer Qwen2 model (hidden 128, head dim 64) with random weights and a BPE "
-        "tokenizer trained locally; for tests and smoke runs",
+        "a 2-layer Qwen2 model (hidden 128, head dim 64, 64k context) with random weights "
+        "and a BPE tokenizer trained locally; for tests and smoke runs",
         _build_tiny,
-        "1",
+        "2",
     ),
     "smollm2-135m-instruct": ModelAlias(
         "smollm2-135m-instruct",

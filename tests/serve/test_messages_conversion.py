@@ -41,6 +41,32 @@ def test_system_text_and_blocks_become_one_system_message():
     ]
 
 
+def test_a_system_message_among_the_messages_stays_where_it_stands():
+    """Claude Code 2.1 sends its environment notes as a ``system`` message after the first
+    user turn."""
+    messages = [{"role": "user", "content": [{"type": "text", "text": "Make hello.txt"}]},
+                {"role": "system", "content": [{"type": "text", "text": "# Environment"},
+                                               {"type": "text", "text": "cwd: /tmp"}]},
+                {"role": "system", "content": "Be brief."}]  # fmt: skip
+    chat = chat_of(messages, system="You code.")
+    assert chat["messages"] == [{"role": "system", "content": "You code."},
+                                {"role": "user", "content": "Make hello.txt"},
+                                {"role": "system", "content": "# Environment\ncwd: /tmp"},
+                                {"role": "system", "content": "Be brief."}]  # fmt: skip
+
+
+def test_deferred_tools_stay_out_of_the_prompt_and_extra_fields_are_accepted():
+    tools = [{"name": "Write", "input_schema": SCHEMA},
+             {"name": "Later", "input_schema": SCHEMA, "defer_loading": True},
+             {"name": "Also", "input_schema": SCHEMA, "defer_loading": False}]  # fmt: skip
+    chat = chat_of([{"role": "user", "content": "hi"}], tools=tools,
+                   thinking={"type": "adaptive", "display": "omitted"},
+                   context_management={"edits": [{"type": "clear_thinking_20251015"}]},
+                   output_config={"effort": "high"}, metadata={"user_id": "u"})  # fmt: skip
+    assert [tool["function"]["name"] for tool in chat["tools"]] == ["Write", "Also"]
+    assert set(chat) == {"model", "messages", "max_tokens", "tools", "stream"}
+
+
 def test_a_tool_using_conversation_becomes_chat_messages_in_order():
     messages = [
         {"role": "user", "content": [{"type": "text", "text": "<reminder>"},

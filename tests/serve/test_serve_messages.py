@@ -163,8 +163,10 @@ def test_bad_requests_are_anthropic_shaped_400s_naming_the_field(tiny_chat):
         "temperature: must be a number from 0 to 1": {**HI, "temperature": 1.5},
         "messages.0.content.0: image blocks are not supported": {
             **HI, "messages": [{"role": "user", "content": [image]}]},
-        "messages.0.role: must be 'user' or 'assistant'": {
-            **HI, "messages": [{"role": "system", "content": "x"}]},
+        "messages.0.role: must be 'user', 'assistant' or 'system'": {
+            **HI, "messages": [{"role": "tool", "content": "x"}]},
+        "messages.1.content.0: must be a text block": {
+            **HI, "messages": [HI["messages"][0], {"role": "system", "content": [image]}]},
         "tools.0.input_schema: Field required": {**HI, "tools": [{"name": "f"}]},
         "tools.0: 'web_search_20250305' is a tool Anthropic's servers run": {
             **HI, "tools": [{"type": "web_search_20250305", "name": "web_search"}]},

@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from agentfly_cli.serve.dialects.response_output import namespaces, output_items
 from agentfly_cli.serve.dialects.response_store import ResponseStore
 from agentfly_cli.serve.dialects.responses import (
     chat_tool_choice,
@@ -82,7 +83,7 @@ def test_function_calls_join_the_assistant_message_before_them_and_outputs_are_t
     assert alone["content"] is None and alone["tool_calls"][0]["id"] == "call_3"
 
 
-def test_function_tools_and_tool_choice_convert_and_hosted_tools_are_refused():
+def test_function_tools_and_tool_choice_convert_and_client_run_kinds_are_refused():
     chat = to_chat({"input": "x", "tools": [FUNCTION],
                     "tool_choice": {"type": "function", "name": "calculator"}})  # fmt: skip
     assert chat["tools"] == [
@@ -96,11 +97,39 @@ def test_function_tools_and_tool_choice_convert_and_hosted_tools_are_refused():
     assert chat["tool_choice"] == {"type": "function", "function": {"name": "calculator"}}
     assert chat_tool_choice("required") == "required"
     assert chat_tool_choice({"type": "allowed_tools", "mode": "auto", "tools": []}) == "auto"
-    with pytest.raises(RequestError, match="function tools only") as info:
-        to_chat({"input": "x", "tools": [{"type": "web_search"}]})
-    assert info.value.param == "tools"
+    for kind in ("custom", "local_shell", "computer_use_preview", None):
+        with pytest.raises(RequestError, match="function tools only") as info:
+            to_chat({"input": "x", "tools": [FUNCTION, {"type": kind, "name": "t"}]})
+        assert info.value.param == "tools"
     with pytest.raises(RequestError, match="tool_choice"):
         to_chat({"input": "x", "tool_choice": {"type": "file_search"}})
+
+
+def test_codex_tools_server_tools_and_deferred_ones_stay_out_namespaces_flatten():
+    """Codex 0.171 offers ``web_search`` (OpenAI's servers run it) and a ``namespace`` of
+    sub-agent tools beside its function tools."""
+    spawn = {"type": "function", "name": "spawn_agent", "parameters": {"type": "object"}}
+    later = {**FUNCTION, "name": "later", "defer_loading": True}
+    tools = [FUNCTION, {"type": "web_search", "external_web_access": False}, later,
+             {"type": "namespace", "name": "multi_agent_v1", "description": "Sub-agents.",
+              "tools": [spawn]}]  # fmt: skip
+    chat = to_chat({"input": "x", "tools": tools})
+    assert [tool["function"]["name"] for tool in chat["tools"]] == ["calculator", "spawn_agent"]
+    assert namespaces({"tools": tools}) == {"spawn_agent": "multi_agent_v1"}
+    clash = {"type": "namespace", "name": "n", "tools": [FUNCTION]}
+    with pytest.raises(RequestError, match="two tools named 'calculator'"):
+        to_chat({"input": "x", "tools": [FUNCTION, clash]})
+    with pytest.raises(RequestError, match="needs a list of 'tools'"):
+        to_chat({"input": "x", "tools": [{"type": "namespace", "name": "n"}]})
+    message = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "spawn_agent", "arguments": "{}"}},
+        {"id": "c2", "type": "function", "function": {"name": "calculator", "arguments": "{}"}},
+    ]}  # fmt: skip
+    spawned, plain = output_items(message, namespaces({"tools": tools}))
+    assert spawned["namespace"] == "multi_agent_v1" and "namespace" not in plain
+    back = to_chat({"input": [{"type": "message", "role": "user", "content": "x"},
+                              {**spawned, "type": "function_call"}]})  # fmt: skip
+    assert back["messages"][-1]["tool_calls"][0]["function"]["name"] == "spawn_agent"
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,11 @@ newline) into one message's text, ``tool_use`` blocks become the assistant's ``t
 each ``tool_result`` block a ``tool`` message (``is_error`` prefixes its text with
 ``Error: ``), ``thinking`` blocks the assistant's ``reasoning_content``. ``tools`` become
 function tools, ``tool_choice`` auto/any/tool/none become auto/required/the tool/none,
-``stop_sequences`` the stop strings. Images, documents and server tools are refused.
+``stop_sequences`` the stop strings. A ``system`` message among ``messages`` (Claude Code
+sends one after the first user turn) is a system message where it stands; a tool with
+``defer_loading: true`` is left out of the prompt (it is not in the model's context until a
+tool search loads it). ``thinking``, ``context_management``, ``output_config`` and ``metadata``
+are accepted and have no effect. Images, documents and server tools are refused.
 """
 
 from __future__ import annotations
@@ -115,9 +119,14 @@ def _blocks(i: int, content: Any) -> list[dict[str, Any]]:
 def _message(i: int, message: Any) -> list[dict[str, Any]]:
     """One Messages message as chat messages (a user turn's tool results are each one)."""
     role = message.get("role") if isinstance(message, dict) else None
-    if role not in ("user", "assistant"):
-        raise RequestError(f"messages.{i}.role: must be 'user' or 'assistant'", "messages")
+    if role not in ("user", "assistant", "system"):
+        raise RequestError(f"messages.{i}.role: must be 'user', 'assistant' or 'system'",
+                           "messages")  # fmt: skip
     blocks = _blocks(i, message.get("content"))
+    if role == "system":  # an instruction mid-conversation (Claude Code sends them)
+        where = f"messages.{i}.content"
+        text = "\n".join(_text(f"{where}.{j}", block) for j, block in enumerate(blocks))
+        return [{"role": "system", "content": text}]
     return [_assistant(i, blocks)] if role == "assistant" else _user(i, blocks)
 
 
@@ -215,6 +224,8 @@ def _tools(tools: Any) -> list[dict[str, Any]]:
         if not isinstance(tool.get("input_schema"), dict):
             raise RequestError(f"tools.{i}.input_schema: Field required (a JSON Schema "
                                "object)", "tools")  # fmt: skip
+        if tool.get("defer_loading") is True:
+            continue  # not in the model's context until a tool search loads it
         function = {"name": tool["name"], "parameters": tool["input_schema"]}
         if isinstance(tool.get("description"), str):
             function["description"] = tool["description"]

@@ -51,16 +51,17 @@ def responses_usage(usage: dict) -> dict[str, Any]:
             "total_tokens": prompt + sampled}  # fmt: skip
 
 
-def output_items(message: dict[str, Any]) -> list[dict[str, Any]]:
+def output_items(message: dict[str, Any], spaces: dict[str, str] | None = None) -> list[dict]:
     """A chat assistant message as output items: its reasoning, its text (a message, also
-    when empty and nothing else is said), its tool calls (function_call items)."""
+    when empty and nothing else is said), its tool calls (function_call items, with the
+    ``namespace`` that ``spaces`` gives a namespaced tool's name)."""
     items = []
     if message.get("reasoning_content"):
         items.append(reasoning_item(new_id("rs"), message["reasoning_content"]))
     calls = message.get("tool_calls") or []
     if message.get("content") or not calls:
         items.append(message_item(new_id("msg"), message.get("content") or ""))
-    items += [call_item(new_id("fc"), call) for call in calls]
+    items += [call_item(new_id("fc"), call, spaces=spaces) for call in calls]
     return items
 
 
@@ -76,9 +77,15 @@ def message_item(item_id: str, text: str | None, status: str = "completed") -> d
             "content": content}  # fmt: skip
 
 
-def call_item(item_id: str, call: dict, status: str = "completed", arguments: str | None = None):
+def call_item(
+    item_id: str,
+    call: dict,
+    status: str = "completed",
+    arguments: str | None = None,
+    spaces: dict[str, str] | None = None,
+) -> dict[str, Any]:
     function = call.get("function") or {}
-    return {
+    item = {
         "type": "function_call",
         "id": item_id,
         "call_id": call.get("id"),
@@ -86,6 +93,21 @@ def call_item(item_id: str, call: dict, status: str = "completed", arguments: st
         "status": status,
         "arguments": function.get("arguments", "") if arguments is None else arguments,
     }
+    if spaces and function.get("name") in spaces:
+        item["namespace"] = spaces[function["name"]]
+    return item
+
+
+def namespaces(request: Any) -> dict[str, str]:
+    """Each namespaced tool's name -> its namespace, from a Responses request's tools."""
+    tools = request.get("tools") if isinstance(request, dict) else None
+    found: dict[str, str] = {}
+    for tool in tools if isinstance(tools, list) else []:
+        if isinstance(tool, dict) and tool.get("type") == "namespace":
+            for inner in tool.get("tools") or []:
+                if isinstance(inner, dict) and isinstance(inner.get("name"), str):
+                    found[inner["name"]] = str(tool.get("name"))
+    return found
 
 
 async def stream(
@@ -130,6 +152,7 @@ class ResponseEvents:
 
     def __init__(self, request: dict, response_id: str, model: str) -> None:
         self.request, self.response_id, self.model = request, response_id, model
+        self.spaces = namespaces(request)
         self.sequence = 0
         self.output: list[dict[str, Any]] = []  # finished items
         self.open: dict[str, Any] | None = None  # the text item being streamed: kind, id, text
@@ -232,8 +255,8 @@ class ResponseEvents:
         self.calls.append({key: call[key] for key in ("id", "type", "function") if key in call})
         item_id, index = new_id("fc"), len(self.output)
         arguments = (call.get("function") or {}).get("arguments", "")
-        added = call_item(item_id, call, "in_progress", arguments="")
-        done = call_item(item_id, call)
+        added = call_item(item_id, call, "in_progress", arguments="", spaces=self.spaces)
+        done = call_item(item_id, call, spaces=self.spaces)
         out += [self.event("response.output_item.added", output_index=index, item=added),
                 self.event("response.function_call_arguments.delta", item_id=item_id,
                            output_index=index, delta=arguments),

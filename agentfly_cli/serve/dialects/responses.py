@@ -17,6 +17,7 @@ from typing import Any
 
 from agentfly_cli.serve.dialects import chat_events
 from agentfly_cli.serve.dialects.response_output import (
+    namespaces,
     new_id,
     output_items,
     response_object,
@@ -156,25 +157,59 @@ def _call(i: int, item: dict) -> dict[str, Any]:
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
+SERVER_TOOLS = (
+    "web_search",
+    "web_search_preview",
+    "file_search",
+    "code_interpreter",
+    "image_generation",
+    "mcp",
+    "tool_search",
+)  # run by OpenAI's servers
+
+
 def chat_tools(tools: Any) -> list[dict[str, Any]] | None:
     """Responses function tools (``{"type": "function", "name", "parameters"...}``) as chat
-    tools; any other kind (hosted tools: web_search, file_search...) is refused."""
+    tools. A namespace's function tools are offered by their own names (a call to one comes
+    back with its ``namespace``); tools that OpenAI's servers run (web_search...) and
+    deferred tools (``defer_loading``) are left out of the prompt: no one here runs the first,
+    and the second are not in the model's context until a tool search loads them. Any other
+    kind (custom, computer, shell...) is refused."""
     if tools is None:
         return None
     if not isinstance(tools, list):
         raise RequestError("'tools' must be a list of tool definitions", "tools")
-    out = []
+    out: list[dict[str, Any]] = []
     for i, tool in enumerate(tools):
         kind = tool.get("type") if isinstance(tool, dict) else None
-        if kind != "function" or not isinstance(tool.get("name"), str):
-            raise RequestError(
-                f"tools[{i}] is a {kind!r} tool; this gateway serves function tools only "
-                '({"type": "function", "name": ..., "parameters": {...}})', "tools",
-            )  # fmt: skip
-        function = {key: tool[key] for key in ("name", "description", "parameters", "strict")
-                    if tool.get(key) is not None}  # fmt: skip
-        out.append({"type": "function", "function": function})
+        if kind in SERVER_TOOLS:
+            continue
+        inner = tool.get("tools") if kind == "namespace" else [tool]
+        if not isinstance(inner, list):
+            raise RequestError(f"tools[{i}] (a namespace) needs a list of 'tools'", "tools")
+        for function in inner:
+            out += _function_tool(f"tools[{i}]", function)
+    names = [tool["function"]["name"] for tool in out]
+    clash = next((name for name in names if names.count(name) > 1), None)
+    if clash is not None:
+        raise RequestError(f"'tools' offers two tools named {clash!r} (namespaces included); "
+                           "give each tool its own name", "tools")  # fmt: skip
     return out
+
+
+def _function_tool(where: str, tool: Any) -> list[dict[str, Any]]:
+    """One function tool as a chat tool (none when it is deferred)."""
+    kind = tool.get("type") if isinstance(tool, dict) else None
+    if kind != "function" or not isinstance(tool.get("name"), str):
+        raise RequestError(
+            f"{where} is a {kind!r} tool; this gateway serves function tools only "
+            '({"type": "function", "name": ..., "parameters": {...}})', "tools",
+        )  # fmt: skip
+    if tool.get("defer_loading") is True:
+        return []
+    function = {key: tool[key] for key in ("name", "description", "parameters", "strict")
+                if tool.get(key) is not None}  # fmt: skip
+    return [{"type": "function", "function": function}]
 
 
 def chat_tool_choice(choice: Any) -> Any:
@@ -196,7 +231,7 @@ def from_chat(
     """The Response object of a chat completion (its first choice: Responses has no ``n``)."""
     choice = chat_response["choices"][0]
     status = "incomplete" if choice.get("finish_reason") == "length" else "completed"
-    output = output_items(choice["message"])
+    output = output_items(choice["message"], namespaces(request))
     return response_object(
         request,
         response_id or new_id("resp"),
