@@ -41,6 +41,7 @@ class Turn:
     sampled_ids: list[int] | None = None  # assistant turns: the ids exactly as sampled
     finish_reason: str | None = None  # assistant turns: the backend's stop / length / abort
     policy_version: int | None = None  # assistant turns: the weight version that sampled them
+    episode_turn: int | None = None  # agent captures: the reply's number in its episode
 
 
 @dataclass
