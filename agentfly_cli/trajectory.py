@@ -183,6 +183,13 @@ class Trajectory:
         return cls(turns=turns, tool_calls=calls, **data)
 
 
+def episode_ends(trajectories: Iterable[Trajectory]) -> list[Trajectory]:
+    """One trajectory per chain: each one, except that an agent episode of several segments
+    (numbered in ``meta``: ``segment`` of ``segments``) counts once, by its last segment (all
+    its segments carry the episode's reward)."""
+    return [t for t in trajectories if t.meta.get("segment", 0) == t.meta.get("segments", 1) - 1]
+
+
 def write_trajectories(path: str | os.PathLike, trajectories: Iterable[Trajectory]) -> int:
     """Write trajectories as JSONL, all or nothing (:func:`~agentfly_cli.files.output_paths.
     write_whole`: a temporary file renamed over ``path``; a device such as ``/dev/null`` is
