@@ -41,6 +41,7 @@ class Turn:
     sampled_ids: list[int] | None = None  # assistant turns: the ids exactly as sampled
     finish_reason: str | None = None  # assistant turns: the backend's stop / length / abort
     policy_version: int | None = None  # assistant turns: the weight version that sampled them
+    episode_turn: int | None = None  # agent captures: the reply's number in its episode
 
 
 @dataclass
@@ -180,6 +181,13 @@ class Trajectory:
         if unknown:
             raise ValueError(f"unknown trajectory fields: {', '.join(sorted(unknown))}")
         return cls(turns=turns, tool_calls=calls, **data)
+
+
+def episode_ends(trajectories: Iterable[Trajectory]) -> list[Trajectory]:
+    """One trajectory per chain: each one, except that an agent episode of several segments
+    (numbered in ``meta``: ``segment`` of ``segments``) counts once, by its last segment (all
+    its segments carry the episode's reward)."""
+    return [t for t in trajectories if t.meta.get("segment", 0) == t.meta.get("segments", 1) - 1]
 
 
 def write_trajectories(path: str | os.PathLike, trajectories: Iterable[Trajectory]) -> int:

@@ -58,7 +58,7 @@ class _Row:
     def __init__(self, ids, mask, group, reward):
         self.ids, self.loss_mask, self.group_id, self.reward = ids, mask, group, reward
         self.logprobs = [None] * len(ids)
-        self.turns = []
+        self.turns, self.meta = [], {}
 
 
 def build_update(model_dir, skip: bool):

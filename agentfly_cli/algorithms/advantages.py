@@ -10,11 +10,17 @@ value of each set (shifted data): values that are all equal get exactly their va
 a std of exactly 0 and so an advantage of exactly 0, whatever the value (in float32 a group of
 eight 0.7 rewards got advantages of +-0.06 after dividing by std + eps). Advantages come back
 in the rewards' dtype.
+
+The group-relative estimators (grpo, rloo, reinforce_pp_baseline; gigpo) compare *episodes*:
+the rows that ``AdvantageInput.episodes`` gives one key (an agent episode's segments) are one
+sample of their group, whose score is their shared reward plus all their shaping, and each of
+their tokens gets that episode's advantage. An episode of three segments counts once.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -24,9 +30,9 @@ from agentfly_cli.settings.algorithm import AlgorithmSettings
 
 def grpo_advantages(data: AdvantageInput, config: AlgorithmSettings) -> AdvantageOutput:
     """GRPO: (r - group mean) / (group std + eps); Dr.GRPO (norm_adv_by_std=False): r - mean."""
-    mask, scores = mask_and_scores(data)
-    advantage, _ = group_normalised(scores, data.group_ids, config)
-    return _per_token(advantage, mask, data)
+    mask, episodes, scores = episode_scores(data)
+    advantage, _ = group_normalised(scores, episodes.groups, config)
+    return _per_token(advantage[episodes.index], mask, data)
 
 
 def rloo_advantages(data: AdvantageInput, config: AlgorithmSettings) -> AdvantageOutput:
@@ -34,11 +40,11 @@ def rloo_advantages(data: AdvantageInput, config: AlgorithmSettings) -> Advantag
 
     Computed as n / (n - 1) * (r_i - group mean), the same number without the rounding of
     ``(sum - r_i) / (n - 1)``: equal rewards give exactly 0."""
-    mask, scores = mask_and_scores(data)
-    count, mean, _ = group_stats(scores, data.group_ids)
+    mask, episodes, scores = episode_scores(data)
+    count, mean, _ = group_stats(scores, episodes.groups)
     advantage = (scores - mean) * count / (count - 1).clamp(min=1)
     advantage = torch.where(count > 1, advantage, torch.zeros_like(scores))
-    return _per_token(advantage, mask, data)
+    return _per_token(advantage[episodes.index], mask, data)
 
 
 def reinforce_pp_advantages(data: AdvantageInput, config: AlgorithmSettings) -> AdvantageOutput:
@@ -51,8 +57,9 @@ def reinforce_pp_baseline_advantages(
 ) -> AdvantageOutput:
     """REINFORCE++ with a baseline: rewards minus their group mean, then as REINFORCE++."""
     rewards = _rewards(data)
-    _, mean, _ = group_stats(rewards, data.group_ids)
-    return _whitened_returns(data, rewards - mean, config)
+    episodes = episodes_of(data)
+    _, mean, _ = group_stats(rewards[episodes.first()], episodes.groups)
+    return _whitened_returns(data, rewards - mean[episodes.index], config)
 
 
 def gae_advantages(data: AdvantageInput, config: AlgorithmSettings) -> AdvantageOutput:
@@ -80,6 +87,65 @@ def gae_advantages(data: AdvantageInput, config: AlgorithmSettings) -> Advantage
     whitened = masked_whiten(advantages, mask, config.adv_eps)
     dtype = output_dtype(data)
     return AdvantageOutput(whitened.to(dtype), returns.to(dtype))
+
+
+@dataclass(frozen=True)
+class Episodes:
+    """A batch's rows grouped into episodes: the rows of one ``AdvantageInput.episodes`` key
+    (an agent episode's segments, in row order), or one row alone."""
+
+    index: torch.Tensor  # [B] each row's episode
+    rows: list[list[int]]  # [E] each episode's rows
+    groups: list[Hashable]  # [E] each episode's group
+
+    def first(self) -> torch.Tensor:
+        """[E] each episode's first row."""
+        return torch.tensor([r[0] for r in self.rows], dtype=torch.long, device=self.index.device)
+
+
+def episodes_of(data: AdvantageInput) -> Episodes:
+    """The episodes of ``data``'s rows; the rows of one episode must share their group and
+    their reward (ValueError otherwise)."""
+    count = data.mask.shape[0]
+    keys = data.episodes
+    if keys is not None and len(keys) != count:
+        raise ValueError(f"{count} rows but {len(keys)} episode keys")
+    if len(data.group_ids) != count:
+        raise ValueError(f"{count} rewards but {len(data.group_ids)} group ids")
+    number: dict[Hashable, int] = {}
+    rows: list[list[int]] = []
+    groups: list[Hashable] = []
+    index = []
+    rewards = data.rewards.tolist()
+    for row in range(count):
+        key = None if keys is None else keys[row]
+        episode = len(rows) if key is None else number.setdefault(key, len(rows))
+        if episode == len(rows):
+            rows.append([])
+            groups.append(data.group_ids[row])
+        first = rows[episode][0] if rows[episode] else row
+        if groups[episode] != data.group_ids[row] or rewards[first] != rewards[row]:
+            raise ValueError(
+                f"the segments of episode {key!r} differ in their group or reward: an "
+                "episode's segments share both (AdvantageInput.episodes)"
+            )
+        rows[episode].append(row)
+        index.append(episode)
+    return Episodes(torch.tensor(index, dtype=torch.long, device=data.rewards.device), rows, groups)
+
+
+def episode_scores(data: AdvantageInput) -> tuple[torch.Tensor, Episodes, torch.Tensor]:
+    """The float mask, the episodes, and each episode's score ([E], float64): its reward plus
+    the masked token rewards of all its rows."""
+    rewards = _rewards(data)
+    mask = data.mask.to(rewards.dtype)
+    episodes = episodes_of(data)
+    first = episodes.first()
+    if data.token_rewards is None:
+        return mask, episodes, rewards[first]
+    shaped = torch.where(mask.bool(), data.token_rewards.to(rewards.dtype), 0.0).sum(dim=1)
+    shaping = shaped.new_zeros(len(episodes.rows)).index_add(0, episodes.index, shaped)
+    return mask, episodes, rewards[first] + shaping
 
 
 def group_stats(

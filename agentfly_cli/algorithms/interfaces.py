@@ -37,6 +37,9 @@ class AdvantageInput:
     values: torch.Tensor | None = None  # [B, T] value-head estimates (gae)
     token_rewards: torch.Tensor | None = None  # [B, T] shaping, e.g. the KL-in-reward penalty
     turns: Sequence[Sequence[TurnSpan]] | None = None  # [B] each row's model turns (gigpo)
+    # [B] rows with one key are the segments of one episode (an agent's session), which counts
+    # once in its group's statistics; None (or a None key): each row is an episode of its own
+    episodes: Sequence[Hashable | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -44,9 +47,12 @@ class TurnSpan:
     """One model turn of a row: the state it answered and its trained tokens, as columns
     ``start:end`` of the ``[B, T]`` trained-token matrices."""
 
-    state: Hashable  # what the model saw last before the turn (the prompt, or an observation)
+    state: Hashable  # the state it answered (turn_state: the last observation, or the prefix)
     start: int
     end: int
+    # its place in its episode's time (agent captures: the gateway's record order); spans of
+    # one episode with the same step are one turn (a fork's copy); None: in row order
+    step: int | None = None
 
 
 @dataclass

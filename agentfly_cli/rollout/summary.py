@@ -8,7 +8,7 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from agentfly_cli.trajectory import Trajectory
+from agentfly_cli.trajectory import Trajectory, episode_ends
 
 
 def _mean(values: Sequence[float]) -> float | None:
@@ -16,8 +16,9 @@ def _mean(values: Sequence[float]) -> float | None:
 
 
 def summarize(trajectories: Sequence[Trajectory], wall_s: float | None = None) -> dict[str, Any]:
-    """Aggregate statistics of a list of trajectories."""
-    rewards = [t.reward for t in trajectories if t.reward is not None]
+    """Aggregate statistics of a list of trajectories (rewards and ``chains``: one per
+    episode, an agent episode's segments counted once)."""
+    rewards = [t.reward for t in episode_ends(trajectories) if t.reward is not None]
     turns = [t.num_turns for t in trajectories]
     calls: dict[str, dict[str, int]] = defaultdict(lambda: {"calls": 0, "errors": 0})
     error_kinds: Counter[str] = Counter()
@@ -30,7 +31,7 @@ def summarize(trajectories: Sequence[Trajectory], wall_s: float | None = None) -
                 error_kinds[call.error_kind or "error"] += 1
     sampled = sum(sum(t.loss_mask) for t in trajectories)
     summary: dict[str, Any] = {
-        "chains": len(trajectories),
+        "chains": len(episode_ends(trajectories)),
         "tasks": len({t.task_index for t in trajectories}),
         "reward_mean": _mean(rewards),
         "reward_max": max(rewards) if rewards else None,
@@ -72,9 +73,10 @@ def ks_for(n: int) -> list[int]:
 
 
 def evaluate(trajectories: Sequence[Trajectory], threshold: float = 1.0) -> dict[str, Any]:
-    """pass@k and mean@k per task and overall. A chain passes when its reward >= threshold."""
+    """pass@k and mean@k per task and overall. A chain passes when its reward >= threshold;
+    an agent episode is one chain, however many segments it has."""
     by_task: dict[int, list[Trajectory]] = defaultdict(list)
-    for trajectory in trajectories:
+    for trajectory in episode_ends(trajectories):
         by_task[trajectory.task_index].append(trajectory)
     if not by_task:
         return {"tasks": [], "overall": {}, "threshold": threshold}

@@ -281,6 +281,7 @@ class Episode:
             logprobs=generation.logprobs,
             finish_reason=generation.finish_reason,
             policy_version=generation.policy_version,
+            episode_turn=self.requests,  # replies numbered in the order they are recorded
         )
         segment.trajectory.token_exact = segment.trajectory.token_exact and generation.token_exact
         segment.trajectory.tool_calls.extend(parsed_calls(segment.trajectory.num_turns - 1, reply))
@@ -348,6 +349,7 @@ def prefix_copy(trajectory: Trajectory, length: int) -> Trajectory:
             logprobs=logprobs if sampled and None not in logprobs else None,
             finish_reason=turn.finish_reason,
             policy_version=turn.policy_version,
+            episode_turn=turn.episode_turn,
         )
     kept = copy.num_turns
     copy.tool_calls = [dataclasses.replace(c) for c in trajectory.tool_calls if c.turn < kept]

@@ -90,7 +90,21 @@ class AlgorithmSettings(BaseModel):
         0.95,
         ge=0.0,
         le=1.0,
-        description="gigpo: discount per turn of a chain's score, back from its last turn.",
+        description="gigpo: discount per turn of an episode's score, back from its last turn "
+        "(an agent's episode: its turns in all its segments, in time).",
+    )
+    turn_state: Literal["auto", "observation", "prefix"] = Field(
+        "auto",
+        description="gigpo: a turn's anchor state. observation: the tokens just before it (the "
+        "prompt, or the last tool or env result); prefix: every token before it in its segment "
+        "(the exact prompt it answered); auto: prefix for agent (gateway) episodes, "
+        "observation for the recipe's turn loop.",
+    )
+    branch_credit: Literal["episode", "none"] = Field(
+        "episode",
+        description="An agent episode's branch ends: the last turn of a segment the episode "
+        "goes on after (the summary a compaction continues from, a sub-agent's answer). "
+        "episode: trained with the episode's advantage like any turn; none: not trained.",
     )
 
     @model_validator(mode="after")

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
-from agentfly_cli.trajectory import FINISH_REASONS, Trajectory
+from agentfly_cli.trajectory import FINISH_REASONS, Trajectory, episode_ends
 
 PARSE_ERROR_TOOL = "_parse_error"
 STANDARD_SECTIONS = ("rollout", "train", "sync")
@@ -27,6 +27,10 @@ def rollout_metrics(trajectories: Iterable[Trajectory]) -> dict[str, float]:
     in FINISH_REASONS, plus any other reason seen; an empty reason counts as "unknown") and
     ``rollout/trajectories``.
 
+    The reward statistics are over episodes (an agent episode's segments count once;
+    ``rollout/episodes``, where they are fewer than the trajectories); the others over
+    trajectories.
+
     ``reward/groups_with_spread`` is the share of groups (chains of one task) whose rewards
     differ: a group-relative advantage (GRPO, RLOO) learns only from those.
 
@@ -36,8 +40,11 @@ def rollout_metrics(trajectories: Iterable[Trajectory]) -> dict[str, float]:
     trajectories = list(trajectories)
     count = len(trajectories)
     out: dict[str, float] = {"rollout/trajectories": float(count)}
+    episodes = episode_ends(trajectories)
+    if len(episodes) != count:
+        out["rollout/episodes"] = float(len(episodes))
 
-    rewards = [float(t.reward) for t in trajectories if t.reward is not None]
+    rewards = [float(t.reward) for t in episodes if t.reward is not None]
     if rewards:
         mean = sum(rewards) / len(rewards)
         out["reward/mean"] = mean
@@ -45,7 +52,7 @@ def rollout_metrics(trajectories: Iterable[Trajectory]) -> dict[str, float]:
         out["reward/min"] = min(rewards)
         out["reward/max"] = max(rewards)
 
-    spread = groups_with_spread(trajectories)
+    spread = groups_with_spread(episodes)
     if spread is not None:
         out["reward/groups_with_spread"] = spread
 

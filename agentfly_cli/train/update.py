@@ -78,6 +78,7 @@ def fill_advantages(
         values=batch.old_values,
         token_rewards=token_rewards,
         turns=batch.turns,
+        episodes=batch.episodes,
     )
     out = advantage_fn(data, algo)
     batch.advantages = out.advantages * batch.mask
@@ -143,7 +144,7 @@ class PolicyUpdate:
             if distributed.active():
                 self._reference_pass(None)  # the other ranks' passes need this one's
             return None
-        batch = StepBatch.of(usable)
+        batch = StepBatch.of(usable, self.algo)
         self._reference_pass(batch)
         fill_advantages(batch, metrics, self.advantage_fn, self.algo, self.reference is not None)
         return batch

@@ -27,7 +27,7 @@ from typing import Any
 
 from agentfly_cli.errors import UserError
 from agentfly_cli.train.tasks.plan import Picked
-from agentfly_cli.trajectory import Trajectory
+from agentfly_cli.trajectory import Trajectory, episode_ends
 
 #: (step, picked tasks, on_finish) -> every trajectory of the batch, ordered by task and sample
 RunBatch = Callable[[int, Picked, Callable[[Trajectory], Any]], Awaitable[list[Trajectory]]]
@@ -63,7 +63,7 @@ class TaskGroup:
 def chains_done(group: list[Trajectory]) -> int:
     """Finished chains among ``group``'s trajectories: each one, except that an agent episode
     (several segments, numbered in ``meta``) counts once, with its last segment."""
-    return sum(1 for t in group if t.meta.get("segment", 0) == t.meta.get("segments", 1) - 1)
+    return len(episode_ends(group))
 
 
 @dataclass

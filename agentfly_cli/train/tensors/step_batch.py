@@ -1,6 +1,7 @@
 """One training step's trajectories as tensors (:class:`StepBatch`), after dropping those it
-cannot train on: not token-exact, nothing sampled, or (with dynamic sampling) a group whose
-rewards are all equal."""
+cannot train on: not token-exact, nothing sampled (or nothing left to train once
+``branch_credit: none`` took an agent episode's branch ends off), or (with dynamic sampling)
+a group whose rewards are all equal."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from agentfly_cli.algorithms.turn_credit import turn_spans
 from agentfly_cli.errors import UserError
 from agentfly_cli.settings.algorithm import AlgorithmSettings
 from agentfly_cli.train.tensors.batch import TrainRow, token_matrix, trained_mask
+from agentfly_cli.train.tensors.branches import credited, episode_key
 from agentfly_cli.trajectory import Trajectory
 
 
@@ -23,6 +25,7 @@ class StepBatch:
 
     rows: list[TrainRow]
     turns: list[list[TurnSpan]]  # each row's model turns (per-turn credit: gigpo)
+    episodes: list  # each row's agent episode (its segments count once), None: its own
     mask: torch.Tensor  # [B, L] trained tokens
     rewards: torch.Tensor  # [B]
     sampler_logprobs: torch.Tensor  # [B, L] (0 where the backend gave none)
@@ -34,8 +37,10 @@ class StepBatch:
     returns: torch.Tensor | None = None
 
     @classmethod
-    def of(cls, trajectories: list[Trajectory]) -> StepBatch:
-        """The tensors of ``trajectories`` (each token-exact, with a reward)."""
+    def of(cls, trajectories: list[Trajectory], algo: AlgorithmSettings | None = None) -> StepBatch:
+        """The tensors of ``trajectories`` (each token-exact, with a reward); ``algo``'s
+        ``turn_state`` keys the turns' states (default: ``auto``)."""
+        turn_state = "auto" if algo is None else algo.turn_state
         rows = [TrainRow(t.ids, t.loss_mask, t.group_id) for t in trajectories]
         sampler = [
             [lp for lp, m in zip(t.logprobs, t.loss_mask, strict=True) if m] for t in trajectories
@@ -44,7 +49,8 @@ class StepBatch:
         sampler = [[0.0 if lp is None else lp for lp in row] for row in sampler]
         return cls(
             rows,
-            [turn_spans(t) for t in trajectories],
+            [turn_spans(t, turn_state) for t in trajectories],
+            [episode_key(t) for t in trajectories],
             trained_mask(rows),
             torch.tensor([float(t.reward) for t in trajectories]),
             token_matrix(rows, sampler),
@@ -55,9 +61,10 @@ class StepBatch:
 def trainable(
     trajectories: list[Trajectory], algo: AlgorithmSettings, metrics: dict[str, float]
 ) -> list[Trajectory]:
-    """The trajectories a step trains on; what was dropped, and why, goes to ``metrics``."""
+    """The trajectories a step trains on, as trained (:func:`~.branches.credited`); what was
+    dropped, and why, goes to ``metrics``."""
     usable = []
-    for t in trajectories:
+    for t in credited(trajectories, algo.branch_credit, metrics):
         if not t.token_exact or sum(t.loss_mask) == 0:
             continue
         if t.reward is None:
