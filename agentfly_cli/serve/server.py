@@ -85,6 +85,26 @@ async def serving_in_loop(app: Any, host: str = "127.0.0.1") -> AsyncIterator[st
     finally:
         server.should_exit = True
         try:
-            await asyncio.wait_for(task, 30)
+            await stopped(server, task)
         finally:
             sock.close()
+
+
+STOP_GRACE_S = 10.0  # for the requests in flight at exit to finish, before they are dropped
+
+
+async def stopped(server: Any, task: asyncio.Task) -> None:
+    """Wait for a server told to exit: ``STOP_GRACE_S`` for its requests in flight (an agent
+    that outlived its deadline may leave one waiting on the backend), then uvicorn's forced
+    exit (connections closed, their requests dropped), then the serving task is cancelled.
+    The server's own error, if it failed, is raised."""
+    done, _ = await asyncio.wait([task], timeout=STOP_GRACE_S)
+    if not done:
+        server.force_exit = True
+        done, _ = await asyncio.wait([task], timeout=STOP_GRACE_S)
+    if not done:
+        task.cancel()
+        await asyncio.wait([task])
+        return
+    if not task.cancelled():
+        task.result()
