@@ -100,13 +100,18 @@ def apply_values(data: dict[str, Any], values: Mapping[str, Any]) -> dict[str, A
     return data
 
 
+SHORTHANDS = {"agent": "entry"}  # a top-level section a recipe may give as its one string
+
+
 def _set_at(data: dict[str, Any], dotted: str, value: Any, label: str) -> None:
     parts = dotted.split(".")
     node = data
-    for part in parts[:-1]:
+    for depth, part in enumerate(parts[:-1]):
         child = node.get(part)
         if child is None:
             child = node[part] = {}
+        if isinstance(child, str) and depth == 0 and part in SHORTHANDS:
+            child = node[part] = {SHORTHANDS[part]: child}  # agent: f.py:fn -> {entry: ...}
         if not isinstance(child, dict):
             raise UserError(f"{label}: '{part}' is not a section")
         node = child

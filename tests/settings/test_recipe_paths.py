@@ -107,3 +107,15 @@ def test_a_recipe_parser_file_is_read_beside_the_recipe(recipe_folder):
     assert get_parser(config.chat.parser).name == "plain"
     flag = load_config(write_recipe(recipe_folder), ["chat.parser=my_parser.py:Plain"])
     assert flag.chat.parser == "my_parser.py:Plain"  # --set: relative to the current folder
+
+
+def test_a_recipe_agent_given_as_a_string_takes_set_options(recipe_folder):
+    """``agent: agent.py:fn`` in the YAML, ``--set agent.timeout_s=90`` on the command line:
+    the string is the section's entry (still relative to the recipe), the option is set."""
+    (recipe_folder / "agent.py").write_text("def fn(task, base_url):\n    return None\n")
+    spec = write_recipe(recipe_folder, agent="agent.py:fn")
+    config = load_config(spec, ["agent.timeout_s=90", "agent.concurrency=3"])
+    assert config.agent.timeout_s == 90 and config.agent.concurrency == 3
+    assert config.agent.entry == f"{recipe_folder / 'agent.py'}:fn"
+    with pytest.raises(UserError, match="'path' is not a section"):  # only agent is a shorthand
+        load_config(spec, ["data.path.x=1"])
