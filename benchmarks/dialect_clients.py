@@ -128,6 +128,7 @@ class Conversation:
 
     def _read_chat(self, reply: dict[str, Any]) -> Said:
         shaped = reply.get("object") == "chat.completion" and len(reply.get("choices", [])) == 1
+        shaped = shaped and not {"output", "content", "type"} & set(reply)
         message = reply["choices"][0]["message"]
         self.history.append(message)
         calls = [(c["id"], c["function"]["name"], json.loads(c["function"]["arguments"]))
@@ -140,6 +141,7 @@ class Conversation:
         blocks = reply.get("content") or []
         shaped = reply.get("type") == "message" and reply.get("role") == "assistant" \
             and str(reply.get("id", "")).startswith("msg_")  # fmt: skip
+        shaped = shaped and not {"choices", "output", "object"} & set(reply)
         self.history.append({"role": "assistant", "content": blocks})
         text = "".join(b["text"] for b in blocks if b.get("type") == "text")
         calls = [(b["id"], b["name"], b["input"]) for b in blocks if b.get("type") == "tool_use"]
@@ -150,6 +152,7 @@ class Conversation:
         items = reply.get("output") or []
         shaped = reply.get("object") == "response" and reply.get("status") == "completed" \
             and str(reply.get("id", "")).startswith("resp_")  # fmt: skip
+        shaped = shaped and not {"choices", "content", "type"} & set(reply)
         parts = [p for i in items if i.get("type") == "message" for p in i["content"]]
         text = "".join(p["text"] for p in parts if p.get("type") == "output_text")
         calls = [(i["call_id"], i["name"], json.loads(i["arguments"])) for i in items
