@@ -363,3 +363,30 @@ def test_a_huge_request_renders_off_the_event_loop_while_every_route_is_answered
             slow.release.set()
             worker.join(60)
     assert answered == {"big": 200, **{other: 200 for other in ROUTES}}
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_a_client_leaving_mid_body_is_no_error_and_hurts_no_other(tiny_chat, route, caplog):
+    import logging
+    import socket
+    import time
+
+    backend, gateway, serving = served(tiny_chat)
+    uvicorn_log = logging.getLogger("uvicorn")  # its own handler, not the root's
+    with serving as url:
+        uvicorn_log.addHandler(caplog.handler)  # once uvicorn has set its logging up
+        try:
+            host, port = url.removeprefix("http://").split(":")
+            with socket.create_connection((host, int(port))) as sock:
+                sock.sendall(
+                    f"POST /s/gone{ROUTES[route][0]} HTTP/1.1\r\n"
+                    f"Host: {host}:{port}\r\nContent-Type: application/json\r\n"
+                    'Content-Length: 5000\r\n\r\n{"messages": [{"role": '.encode()
+                )
+                time.sleep(0.2)  # the server is reading the body now
+            time.sleep(0.3)  # and has seen the client leave
+            assert post(url, route, session="stays").status_code == 200
+        finally:
+            uvicorn_log.removeHandler(caplog.handler)
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == [] and "gone" not in gateway.episodes

@@ -89,3 +89,12 @@ def test_the_marker_echo_would_show_a_reply_of_another_session(tiny_chat):
 def test_a_thousand_mixed_dialect_sessions_at_once(tiny_chat):
     gateway, plan, said = run_mixed(tiny_chat, 1000)
     check_mixed(tiny_chat, gateway, plan, said)
+
+
+def test_the_server_keeps_idle_connections_longer_than_httpx_clients_do():
+    """Else a client may send its request on a connection the server closes that moment
+    (both at 5 s, a 1,000-session run lost a request to a reset now and then)."""
+    from agentfly_cli.serve.server import uvicorn_server
+
+    server = uvicorn_server(object(), "127.0.0.1", 0)
+    assert server.config.timeout_keep_alive > 2 * httpx.Limits().keepalive_expiry
