@@ -124,14 +124,6 @@ class Gateway:
         """End the idle sessions (:meth:`.Sessions.expire_idle`); how many ended."""
         return self.sessions.expire_idle(force=force)
 
-    def check_session(self, session: str | None) -> None:
-        """Refuse what a request to ``session`` would be refused for, without opening it: a
-        bad id, an ended session, an unknown one (or none) where only an engine opens them."""
-        if session is not None:
-            self.sessions.check(session)
-        elif not self.sessions.open_on_request:
-            raise UnknownSession("this gateway serves session URLs only (/s/ID/v1)")
-
     def _ended(self, episode: Episode) -> None:
         if self.on_close is not None:
             self.on_close(episode)
@@ -215,7 +207,7 @@ class Gateway:
             )
             sampling = dataclasses.replace(sampling, params=params)
         if session is None:
-            self.check_session(None)
+            self.sessions.check(None)  # refused where only an engine opens sessions
             anonymous = f"anon-{secrets.token_urlsafe(16)}"
             episode = Episode(anonymous, group_id=anonymous)
         else:
@@ -396,9 +388,9 @@ class Gateway:
 async def count_tokens(gateway: Gateway, body: Any, session: str | None = None) -> int:
     """The length of a request's prompt rendered in full (in a worker thread); nothing is
     sampled or recorded, no session opened (``session`` is refused where a request to it
-    would be: :meth:`Gateway.check_session`)."""
+    would be: :meth:`.Sessions.check`)."""
     messages, sampling = gateway.check(body)
-    gateway.check_session(session)
+    gateway.sessions.check(session)
     plan = await asyncio.to_thread(Episode("count").plan, gateway.chat, messages, sampling.tools)
     return len(plan.prompt_ids)
 

@@ -34,9 +34,14 @@ class Sessions:
             episode = self.open(session)
         return episode
 
-    def check(self, session: str) -> None:
+    def check(self, session: str | None) -> None:
         """Refuse what :meth:`get` refuses, without opening anything: a badly named session
-        (400), an ended one (409), an unknown one where sessions do not open on request (404)."""
+        (400), an ended one (409), an unknown one where sessions do not open on request (404;
+        so is ``None``, a request without a session, there)."""
+        if session is None:
+            if not self.open_on_request:
+                raise UnknownSession("this gateway serves session URLs only (/s/ID/v1)")
+            return
         if session in self.episodes:
             return
         check_session_id(session)
