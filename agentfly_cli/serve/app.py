@@ -62,7 +62,7 @@ def build_app(gateway: Gateway, on_episode: Any = None, access: Access | None = 
     session). ``access``: who may call it (default: no key, loopback Host names only)."""
     try:
         from starlette.applications import Starlette
-        from starlette.requests import Request
+        from starlette.requests import ClientDisconnect, Request
         from starlette.responses import JSONResponse, StreamingResponse
         from starlette.routing import Route
     except ImportError as exc:  # pragma: no cover - starlette comes with the serve extra
@@ -95,6 +95,9 @@ def build_app(gateway: Gateway, on_episode: Any = None, access: Access | None = 
         except BodyTooLarge:
             return error(f"the request body is over {limit} bytes (agentfly serve "
                          "--max-body-bytes)", 413, dialect=dialect)  # fmt: skip
+        except ClientDisconnect:  # gone before its body came: nobody reads the answer
+            return error("the client disconnected before its request body came", 400,
+                         dialect=dialect)  # fmt: skip
         if not raw.strip() and empty is not None:
             return empty
         if not is_json(request.headers.get("content-type")):

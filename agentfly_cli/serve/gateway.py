@@ -207,8 +207,7 @@ class Gateway:
             )
             sampling = dataclasses.replace(sampling, params=params)
         if session is None:
-            if not self.sessions.open_on_request:
-                raise UnknownSession("this gateway serves session URLs only (/s/ID/v1)")
+            self.sessions.check(None)  # refused where only an engine opens sessions
             anonymous = f"anon-{secrets.token_urlsafe(16)}"
             episode = Episode(anonymous, group_id=anonymous)
         else:
@@ -386,10 +385,12 @@ class Gateway:
         return ids
 
 
-async def count_tokens(gateway: Gateway, body: Any) -> int:
+async def count_tokens(gateway: Gateway, body: Any, session: str | None = None) -> int:
     """The length of a request's prompt rendered in full (in a worker thread); nothing is
-    sampled or recorded, no session opened."""
+    sampled or recorded, no session opened (``session`` is refused where a request to it
+    would be: :meth:`.Sessions.check`)."""
     messages, sampling = gateway.check(body)
+    gateway.sessions.check(session)
     plan = await asyncio.to_thread(Episode("count").plan, gateway.chat, messages, sampling.tools)
     return len(plan.prompt_ids)
 

@@ -9,13 +9,19 @@ import threading
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+KEEP_ALIVE_S = 75
+"""seconds an idle keep-alive connection stays open: longer than clients keep theirs (httpx,
+under the openai and anthropic SDKs, 5 s), so that a client never sends a request on a
+connection the server is closing that moment (uvicorn's default, 5 s, equals httpx's: under
+load a request was then lost now and then to a reset connection)"""
+
 
 def uvicorn_server(app: Any, host: str, port: int) -> Any:
     """A uvicorn server for ``app`` (quiet access log; errors still logged)."""
     import uvicorn
 
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
-                            lifespan="off")  # fmt: skip
+                            lifespan="off", timeout_keep_alive=KEEP_ALIVE_S)  # fmt: skip
     return uvicorn.Server(config)
 
 

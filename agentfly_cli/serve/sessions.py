@@ -30,16 +30,28 @@ class Sessions:
         ended, unknown or badly named session is refused."""
         episode = self.episodes.get(session)
         if episode is None:
-            check_session_id(session)
-            self.expire_idle()
-            if session in self._closed:
-                raise SessionEnded(f"session {session!r} has ended{self._closed[session]}; "
-                                   "start a new one")  # fmt: skip
-            if not self.open_on_request:
-                raise UnknownSession(f"no open session {session!r}; use the base URL you "
-                                     "were given")  # fmt: skip
+            self.check(session)
             episode = self.open(session)
         return episode
+
+    def check(self, session: str | None) -> None:
+        """Refuse what :meth:`get` refuses, without opening anything: a badly named session
+        (400), an ended one (409), an unknown one where sessions do not open on request (404;
+        so is ``None``, a request without a session, there)."""
+        if session is None:
+            if not self.open_on_request:
+                raise UnknownSession("this gateway serves session URLs only (/s/ID/v1)")
+            return
+        if session in self.episodes:
+            return
+        check_session_id(session)
+        self.expire_idle()
+        if session in self._closed:
+            raise SessionEnded(f"session {session!r} has ended{self._closed[session]}; "
+                               "start a new one")  # fmt: skip
+        if not self.open_on_request:
+            raise UnknownSession(f"no open session {session!r}; use the base URL you "
+                                 "were given")  # fmt: skip
 
     def open(
         self, session: str, *, task_index: int | None = None, task_id: str | None = None

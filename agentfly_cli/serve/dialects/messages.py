@@ -28,6 +28,7 @@ ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error",
                429: "rate_limit_error", 500: "api_error", 503: "overloaded_error"}  # fmt: skip
 STOP_REASONS = {"tool_calls": "tool_use", "length": "max_tokens", "stop": "end_turn"}
 CHOICES = {"auto": "auto", "any": "required", "none": "none"}
+PARAMS = {"stop": "stop_sequences"}  # chat's names, in the gateway's errors -> ours
 
 
 # ---- requests -------------------------------------------------------------------------------
@@ -309,7 +310,9 @@ def error_body(
 ) -> dict[str, Any]:
     """Anthropic's error shape; its type follows the status (``param`` and ``code`` are not in
     it: the context-length error is an ``invalid_request_error`` that says the prompt is too
-    long)."""
+    long). A chat field the message quotes is named as Messages names it."""
+    if param in PARAMS:
+        message = message.replace(f"'{param}'", f"'{PARAMS[param]}'")
     default = "api_error" if status >= 500 else "invalid_request_error"
     return {"type": "error", "error": {"type": ERROR_TYPES.get(status, default),
                                        "message": message}}  # fmt: skip
@@ -424,8 +427,8 @@ async def create(gateway: Any, session: str | None, body: Any) -> Any:
 
 async def count_tokens(gateway: Any, session: str | None, body: Any) -> dict[str, int]:
     """``POST /v1/messages/count_tokens``: the rendered prompt's length (nothing sampled or
-    recorded; the session is not opened)."""
-    return {"input_tokens": await count_prompt(gateway, to_chat(body, counting=True))}
+    recorded; the session is not opened, but refused as a request to it would be)."""
+    return {"input_tokens": await count_prompt(gateway, to_chat(body, counting=True), session)}
 
 
 ROUTES = (("/v1/messages", create), ("/v1/messages/count_tokens", count_tokens))

@@ -35,8 +35,12 @@ ITEMS = "message, function_call, function_call_output and reasoning items"
 
 
 def error_body(status: int, message: str, param: str | None = None, code: str | None = None):
-    """An error in the Responses API's shape (OpenAI's), the chat parameter named as ours."""
-    return _openai_error(status, message, PARAMS.get(param, param), code)
+    """An error in the Responses API's shape (OpenAI's), the chat parameter named as ours
+    (in ``param`` and where the message quotes it)."""
+    ours = PARAMS.get(param, param)
+    if ours != param:
+        message = message.replace(f"'{param}'", f"'{ours}'")
+    return _openai_error(status, message, ours, code)
 
 
 # ---- request ----------------------------------------------------------------------------------
