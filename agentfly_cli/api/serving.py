@@ -23,6 +23,7 @@ __all__ = [
     "listening_socket",
     "loopback_bind",
     "serve_api_key",
+    "settle_heap",
     "trajectory_writer",
     "uvicorn_server",
 ]
@@ -66,6 +67,14 @@ def gateway_app(
     from agentfly_cli.serve.auth import Access
 
     return build_app(gateway, on_episode, Access(api_key=api_key, loopback_only=loopback_only))
+
+
+def settle_heap() -> int:
+    """Freeze the objects alive now out of the garbage collector's scans (call once the model
+    is loaded); how many were frozen."""
+    from agentfly_cli.serve.server import settle_heap as settle
+
+    return settle()
 
 
 def uvicorn_server(app: Any, host: str, port: int) -> Any:

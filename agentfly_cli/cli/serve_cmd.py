@@ -123,6 +123,7 @@ def serve(
         gateway, on_episode, api_key=key, loopback_only=loopback and key is None
     )
     server = serving.uvicorn_server(app, host, port)
+    serving.settle_heap()  # no 200 ms collector pauses over the loaded model while serving
     bound = sock.getsockname()[1]
     console = stderr_console()
     console.print(

@@ -56,3 +56,18 @@ def test_a_quiet_server_stops_at_once():
         return time.monotonic() - started
 
     assert asyncio.run(main()) < 1.0
+
+
+def test_settling_the_heap_takes_the_loaded_objects_out_of_the_collectors_scans():
+    import gc
+
+    from agentfly_cli.api.serving import settle_heap
+
+    kept = [[i] for i in range(10_000)]  # objects alive when serving starts
+    try:
+        frozen = settle_heap()
+        assert frozen >= len(kept) and gc.get_freeze_count() == frozen
+        assert all(gc.is_tracked(x) for x in kept[:10])  # still alive, only not scanned
+    finally:
+        gc.unfreeze()
+    assert gc.get_freeze_count() == 0
