@@ -86,6 +86,29 @@ def fill_advantages(
     metrics.update(out.metrics)
 
 
+def masks_importance_sampling(algo: Any) -> bool:
+    """Masked importance sampling is on: tokens whose trainer / sampler probability ratio
+    lies outside [1 / tis_cap, tis_cap] leave the loss."""
+    return algo.tis_cap is not None and algo.tis_mode == "mask"
+
+
+def reject_tokens(batch: StepBatch, algo: Any, metrics: dict[str, float]) -> None:
+    """Masked importance sampling as verl's token-level rejection (``rollout_rs: token``,
+    which replaces the response mask): the rejected tokens leave ``batch.loss_mask``, so
+    they are out of the policy loss, its normalisers (the mean is over the accepted tokens)
+    and the entropy, KL and value terms. The advantages were computed on every sampled
+    token. ``tis/accepted_frac``: the share of trained tokens kept."""
+    if not masks_importance_sampling(algo) or not batch.has_sampler_logprobs:
+        return
+    from agentfly_cli.algorithms import losses
+
+    batch.loss_mask = losses.tis_mask(
+        batch.old_logprobs, batch.sampler_logprobs, batch.mask, algo.tis_cap
+    )
+    trained = float(batch.mask.sum())
+    metrics["tis/accepted_frac"] = float(batch.loss_mask.sum()) / max(trained, 1.0)
+
+
 class PolicyUpdate:
     """Old/reference logprobs, advantages and the optimizer steps of one training step."""
 
@@ -147,6 +170,7 @@ class PolicyUpdate:
         batch = StepBatch.of(usable, self.algo)
         self._reference_pass(batch)
         fill_advantages(batch, metrics, self.advantage_fn, self.algo, self.reference is not None)
+        reject_tokens(batch, self.algo, metrics)
         return batch
 
     def _needs_old_pass(self) -> bool:
@@ -155,6 +179,8 @@ class PolicyUpdate:
             settings.epochs * settings.mini_batches > 1
             or self.advantage_fn.needs_values
             or (algo.kl_coef > 0 and algo.kl_in_reward)
+            # masked IS: the accepted tokens, and so the loss's normalisers, before any pass
+            or masks_importance_sampling(algo)
         )
 
     def _plans(self, batch: StepBatch | None, indices) -> list[MicroBatch | None]:
@@ -286,7 +312,7 @@ class PolicyUpdate:
         for indices, plans in schedule:
             # Normalisers over the whole mini-batch, every rank's part of it: each rank's
             # loss is scaled by the world size since DeepSpeed averages the gradients.
-            local_tokens = int(batch.mask[indices].sum().item()) if indices else 0
+            local_tokens = int(batch.trained_mask[indices].sum().item()) if indices else 0
             num_tokens = distributed.all_sum(local_tokens)
             num_seqs = distributed.all_sum(len(indices))
             for plan in plans:
@@ -338,7 +364,8 @@ class PolicyUpdate:
             return matrix[index].to(device)
 
         logprobs = scatter_rows(stats.logprobs, sub, width)
-        mask = rows_of(batch.mask)
+        sampled = rows_of(batch.mask)
+        mask = rows_of(batch.trained_mask)  # less the tokens masked IS rejected
         n_tok = int(mask.sum().item())
         old = rows_of(batch.old_logprobs) if batch.old_logprobs is not None else logprobs.detach()
         per_token, loss_metrics = self.policy_loss_fn(
@@ -346,19 +373,21 @@ class PolicyUpdate:
         )
         if algo.tis_cap is not None and batch.has_sampler_logprobs:
             sampler = rows_of(batch.sampler_logprobs)
+            n_sampled = int(sampled.sum().item())
             if algo.tis_mode == "mask":
-                weights = losses.tis_mask(old, sampler, mask, algo.tis_cap)
+                weights = mask  # the rejected tokens are already off the loss mask
             else:
                 weights = losses.tis_weights(old, sampler, mask, algo.tis_cap)
-            per_token = per_token * weights
-            tally.add("tis/weight_mean", float((weights * mask).sum()) / max(n_tok, 1), n_tok)
+                per_token = per_token * weights
+            mean_weight = float((weights * sampled).sum()) / max(n_sampled, 1)
+            tally.add("tis/weight_mean", mean_weight, n_sampled)
             for name, value in losses.importance_ratio_stats(
-                old, sampler, mask, algo.tis_cap
+                old, sampler, sampled, algo.tis_cap
             ).items():
                 if name in ("ratio_max", "ratio_min"):
                     tally.extreme(f"tis/{name}", value, high=name == "ratio_max")
                 else:
-                    tally.add(f"tis/{name}", value, n_tok)
+                    tally.add(f"tis/{name}", value, n_sampled)
 
         def aggregate(values: torch.Tensor) -> torch.Tensor:
             return losses.aggregate_loss(

@@ -35,6 +35,14 @@ class StepBatch:
     old_values: torch.Tensor | None = None
     advantages: torch.Tensor | None = None
     returns: torch.Tensor | None = None
+    # [B, L] the tokens the loss trains: ``mask`` less those masked importance sampling
+    # rejected (tis_mode: mask); None: ``mask``
+    loss_mask: torch.Tensor | None = None
+
+    @property
+    def trained_mask(self) -> torch.Tensor:
+        """The tokens the loss, its normalisers and its entropy and KL terms cover."""
+        return self.mask if self.loss_mask is None else self.loss_mask
 
     @classmethod
     def of(cls, trajectories: list[Trajectory], algo: AlgorithmSettings | None = None) -> StepBatch:
