@@ -25,7 +25,12 @@ from agentfly_cli.settings.run import RunSettings
 from agentfly_cli.telemetry.step_progress import StepProgress
 from agentfly_cli.train.tensors.batch import MicroBatch, plan_micro_batches, scatter_rows
 from agentfly_cli.train.tensors.logprobs import SequenceBatch, sequence_logprobs
-from agentfly_cli.train.tensors.step_batch import StepBatch, trainable
+from agentfly_cli.train.tensors.step_batch import (
+    StepBatch,
+    greedy_baselines,
+    split_greedy,
+    trainable,
+)
 from agentfly_cli.train_backends import distributed
 from agentfly_cli.trajectory import Trajectory
 
@@ -79,6 +84,7 @@ def fill_advantages(
         token_rewards=token_rewards,
         turns=batch.turns,
         episodes=batch.episodes,
+        baselines=batch.baselines,
     )
     out = advantage_fn(data, algo)
     batch.advantages = out.advantages * batch.mask
@@ -162,12 +168,14 @@ class PolicyUpdate:
     def prepare(self, trajectories: list[Trajectory], metrics: dict[str, float]):
         """The step's batch with its old/reference logprobs and advantages (None: nothing to
         train on; with several ranks, this rank still joins the others' passes)."""
+        trajectories, greedy = split_greedy(trajectories)  # remax's baseline chains
         usable = trainable(trajectories, self.algo, metrics)
         if not usable:
             if distributed.active():
                 self._reference_pass(None)  # the other ranks' passes need this one's
             return None
         batch = StepBatch.of(usable, self.algo)
+        batch.baselines = greedy_baselines(batch, greedy)
         self._reference_pass(batch)
         fill_advantages(batch, metrics, self.advantage_fn, self.algo, self.reference is not None)
         reject_tokens(batch, self.algo, metrics)
