@@ -180,10 +180,8 @@ class RolloutEngine:
     ) -> list[Trajectory]:
         """Roll out ``n`` chains (default ``rollout.n``) for every task, all concurrently under
         the concurrency bound (:attr:`chain_limit`, shared by the runs of one event loop: an
-        async trainer's overlapping runs never hold more envs than the pools have).
-
-        ``greedy``: one more chain per task (sample ``n``), sampled at temperature 0 and marked
-        ``meta["greedy"]`` (ReMax's baseline; the trainer scores it and does not train on it).
+        async trainer's overlapping runs never hold more envs than the pools have); ``greedy``:
+        one more per task, sample ``n``, at temperature 0 (ReMax's baseline, ``meta["greedy"]``).
 
         Returns trajectories ordered by task, then by sample. ``on_finish`` is called with each
         trajectory as soon as it is scored.
@@ -207,8 +205,7 @@ class RolloutEngine:
                 on_finish(trajectory)
             return trajectory
 
-        chains = n + 1 if greedy else n
-        jobs = [one(i, s) for i in range(len(tasks)) for s in range(chains)]
+        jobs = [one(i, s) for i in range(len(tasks)) for s in range(n + greedy)]
         async with self.envs.running():
             with _fewer_gc_passes(self.settings.gc_threshold):
                 trajectories = await _all_or_nothing(jobs)
@@ -235,8 +232,7 @@ class RolloutEngine:
         group_id: str = "",
         greedy: bool = False,
     ) -> Trajectory:
-        """Run one chain to the end and score it (``greedy``: at temperature 0, marked
-        ``meta["greedy"]``)."""
+        """Run one chain to the end and score it (``greedy``: at temperature 0)."""
         started = time.perf_counter()
         trajectory = Trajectory(
             group_id=group_id,
