@@ -13,6 +13,8 @@ from typing import Any
 from agentfly_cli.plugin_host.hookspecs import hookimpl
 
 GROUP = {"group_relative": True}
+BASELINES = "agentfly_cli.algorithms.baselines"
+COVARIANCE = "agentfly_cli.algorithms.covariance_losses"
 # name: (function, description, what the trainer must know)
 ADVANTAGES = {
     "grpo": (
@@ -33,10 +35,36 @@ ADVANTAGES = {
         "GiGPO: GRPO plus credit per turn, in groups of turns that answered the same state",
         GROUP,
     ),
+    "remax": (
+        f"{BASELINES}:remax_advantages",
+        "ReMax: reward minus the reward of the task's greedy rollout (one more chain per task)",
+        {"needs_greedy": True},
+    ),
+    "opo": (
+        f"{BASELINES}:opo_advantages",
+        "OPO: reward minus the group's length-weighted mean reward (the optimal baseline)",
+        GROUP,
+    ),
+    "gpg": (
+        f"{BASELINES}:gpg_advantages",
+        "GPG: reward minus the group mean, no std, times B / (B - samples without signal)",
+        GROUP,
+    ),
 }
 POLICY_LOSSES = {
     "ppo": ("ppo_loss", "Clipped PPO: clip_ratio_low/high (clip-higher), dual clip_ratio_c"),
     "gspo": ("gspo_loss", "GSPO: clipped sequence-level ratio, gradients per token"),
+    "cispo": ("cispo_loss", "CISPO: REINFORCE on every token, clipped stop-gradient IS weight"),
+    "sapo": ("sapo_loss", "SAPO: a smooth sigmoid gate (tau_pos, tau_neg) in place of the clip"),
+    "clip_cov": (
+        f"{COVARIANCE}:clip_cov_loss",
+        "Clip-Cov: PPO, and a few high-covariance tokens lose their gradient",
+    ),
+    "kl_cov": (
+        f"{COVARIANCE}:kl_cov_loss",
+        "KL-Cov: -A * ratio, plus a |log-ratio| penalty on the top-covariance tokens",
+    ),
+    "gpg": ("gpg_loss", "GPG: the plain policy gradient -A * log p (no ratio, no clip)"),
 }
 
 
@@ -58,5 +86,6 @@ def register_algorithms(register):
         function = lazy(module or "agentfly_cli.algorithms.advantages", attribute, description)
         register("advantage", name, function, description, **traits)
     for name, (attribute, description) in POLICY_LOSSES.items():
-        function = lazy("agentfly_cli.algorithms.losses", attribute, description)
+        module, _, attribute = attribute.rpartition(":")
+        function = lazy(module or "agentfly_cli.algorithms.losses", attribute, description)
         register("policy_loss", name, function, description)

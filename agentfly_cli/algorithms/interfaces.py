@@ -12,7 +12,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from agentfly_cli.errors import UnknownComponentError
 from agentfly_cli.plugin_host.registry import RegisteredEstimator
@@ -20,11 +20,6 @@ from agentfly_cli.settings.algorithm import AlgorithmSettings
 
 if TYPE_CHECKING:
     import torch
-
-LossAggregation = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
-#: ``loss_agg`` of a policy loss when the user sets none (others: token-mean). GSPO's objective
-#: is a mean over sequences of per-sequence terms (Zheng et al. 2025; verl's GSPO recipe).
-DEFAULT_LOSS_AGG = {"gspo": "seq-mean-token-mean"}
 
 
 @dataclass
@@ -40,6 +35,9 @@ class AdvantageInput:
     # [B] rows with one key are the segments of one episode (an agent's session), which counts
     # once in its group's statistics; None (or a None key): each row is an episode of its own
     episodes: Sequence[Hashable | None] | None = None
+    # [B] the reward of the greedy (temperature 0) rollout of each row's task (remax); NaN
+    # where its task has none
+    baselines: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)

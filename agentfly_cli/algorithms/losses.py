@@ -1,10 +1,11 @@
-"""Policy losses (PPO with clip-higher and dual clip, GSPO), their aggregation, and the
-KL, entropy, truncated-importance-sampling and value-loss helpers.
+"""Policy losses (PPO with clip-higher and dual clip, GSPO, CISPO, SAPO, GPG's plain policy
+gradient), their aggregation, and the KL, entropy, truncated-importance-sampling and
+value-loss helpers. Clip-Cov and KL-Cov are in :mod:`.covariance_losses`.
 
 A policy loss is ``fn(logprobs, old_logprobs, advantages, mask, config)`` and returns the
-per-token loss [B, T] (0 where mask is 0) and float metrics: ``clip_frac`` (fraction of
-masked tokens whose clipped term was taken) and ``approx_kl`` (k1: mean of old - new
-log-probabilities over masked tokens). Positions where mask is 0 never leak NaN or inf.
+per-token loss [B, T] (0 where mask is 0) and float metrics: ``approx_kl`` (k1: mean of old -
+new log-probabilities over masked tokens) and, for the clipped ones, ``clip_frac`` (fraction of
+masked tokens whose clipped term was taken). Positions where mask is 0 never leak NaN or inf.
 """
 
 from __future__ import annotations
@@ -74,6 +75,83 @@ def gspo_loss(
         "approx_kl": _masked_mean(-log_ratio.detach(), trained),
     }
     return torch.where(trained, loss, 0.0), metrics
+
+
+def cispo_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    config: AlgorithmSettings,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """CISPO (MiniMax-M1, MiniMax 2025, arXiv:2506.13585, eqs. 4-5): REINFORCE on every
+    token, weighted by its clipped, stop-gradient importance weight:
+    ``-sg(clip(r, 1 - cispo.clip_low, 1 + cispo.clip_high)) * A * log p``.
+
+    Unlike PPO's clip, which zeroes the gradient of a token outside the trust region, a
+    clipped weight only bounds it: no token leaves the gradient. ``clip_frac``: the share of
+    masked tokens whose weight was clipped."""
+    trained = mask.bool()
+    log_ratio = torch.where(trained, logprobs - old_logprobs, 0.0)
+    ratio = log_ratio.detach().clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO).exp()
+    bounds = config.cispo
+    weight = ratio.clamp(1.0 - bounds.clip_low, 1.0 + bounds.clip_high)
+    advantages = torch.where(trained, advantages, 0.0)
+    loss = -weight * advantages * torch.where(trained, logprobs, 0.0)
+    metrics = {
+        "clip_frac": _masked_mean(weight != ratio, trained),
+        "approx_kl": _masked_mean(-log_ratio.detach(), trained),
+    }
+    return torch.where(trained, loss, 0.0), metrics
+
+
+def sapo_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    config: AlgorithmSettings,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """SAPO (Gao et al. 2025, "Soft Adaptive Policy Optimization", arXiv:2511.20347): a smooth
+    gate in place of the hard clip, ``-f(r) * A`` with ``f(r) = sigmoid(tau * (r - 1)) * 4 /
+    tau``, ``tau = sapo.tau_pos`` where A > 0 and ``sapo.tau_neg`` elsewhere.
+
+    The gradient weight ``f'(r) r = 4 s (1 - s) r`` (``s`` the sigmoid) is 1 on-policy and
+    fades smoothly as r leaves 1, faster for a larger tau. ``gate_weight``: its mean over
+    masked tokens. Aggregated per sequence (``seq-mean-token-mean``) unless loss_agg is set."""
+    trained = mask.bool()
+    log_ratio = torch.where(trained, logprobs - old_logprobs, 0.0)
+    ratio = log_ratio.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO).exp()
+    advantages = torch.where(trained, advantages, 0.0)
+    gates = config.sapo
+    tau = torch.where(advantages > 0, gates.tau_pos, gates.tau_neg).to(ratio.dtype)
+    soft = torch.sigmoid(tau * (ratio - 1.0))
+    loss = -soft * (4.0 / tau) * advantages
+    gate_weight = (4.0 * soft * (1.0 - soft) * ratio).detach()
+    metrics = {
+        "gate_weight": _masked_mean(gate_weight, trained),
+        "approx_kl": _masked_mean(-log_ratio.detach(), trained),
+    }
+    return torch.where(trained, loss, 0.0), metrics
+
+
+def gpg_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    config: AlgorithmSettings,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """GPG's objective (Chu et al. 2025, arXiv:2504.02546): the plain policy gradient
+    ``-A * log p``, no ratio and no clip (its gradient equals PPO's on the first update of a
+    batch, where the ratio is 1)."""
+    trained = mask.bool()
+    log_ratio = torch.where(trained, logprobs - old_logprobs, 0.0)
+    advantages = torch.where(trained, advantages, 0.0)
+    loss = -advantages * torch.where(trained, logprobs, 0.0)
+    return torch.where(trained, loss, 0.0), {
+        "approx_kl": _masked_mean(-log_ratio.detach(), trained)
+    }
 
 
 def tis_weights(

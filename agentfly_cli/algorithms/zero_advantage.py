@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 #: Built-in policy losses whose loss and gradient are exactly 0 on a row with zero advantages.
-POLICY_LOSSES_ZERO_AT_ZERO_ADVANTAGE = frozenset({"ppo", "gspo"})
+#: Not clip_cov and kl_cov: the tokens they select depend on every row of the micro-batch.
+POLICY_LOSSES_ZERO_AT_ZERO_ADVANTAGE = frozenset({"ppo", "gspo", "cispo", "sapo", "gpg"})
 
 
 def zero_advantage_rows_are_inert(

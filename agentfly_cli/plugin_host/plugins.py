@@ -34,6 +34,8 @@ from agentfly_cli.plugin_host.registry import (
     RegisteredEstimator,
 )
 
+#: what an advantage estimator may declare at registration (:class:`RegisteredEstimator`)
+ESTIMATOR_TRAITS = ("group_relative", "needs_values", "needs_greedy")
 ENTRY_POINT_GROUP = "agentfly"
 BUILTIN_DISTRIBUTION = "agentfly-cli"
 LOAD_PLUGINS_ENV = "AGENTFLY_LOAD_PLUGINS"
@@ -395,7 +397,8 @@ def _backend_register(kind: str) -> Callable[..., Callable[..., None]]:
 def _algorithm_register(staged: list[Entry], provenance: Provenance, _: Any) -> Callable[..., None]:
     def register(kind: str, name: str, fn: Any, description: str = "", **traits: bool) -> None:
         """``kind`` is "advantage" or "policy_loss"; ``fn`` is the estimator or loss. An
-        estimator declares ``group_relative`` and ``needs_values`` (both default False)."""
+        estimator declares ``group_relative``, ``needs_values`` and ``needs_greedy`` (all
+        default False)."""
         if kind not in ALGORITHM_KINDS:
             allowed = ", ".join(repr(k) for k in ALGORITHM_KINDS)
             raise ValueError(f"unknown algorithm kind {kind!r} for '{name}'; kinds: {allowed}")
@@ -403,7 +406,7 @@ def _algorithm_register(staged: list[Entry], provenance: Provenance, _: Any) -> 
             raise TypeError(f"{kind} name must be a non-empty string, got {name!r}")
         if not callable(fn):
             raise TypeError(f"{kind} '{name}': fn must be callable")
-        allowed = ("group_relative", "needs_values") if kind == "advantage" else ()
+        allowed = ESTIMATOR_TRAITS if kind == "advantage" else ()
         unknown = sorted(set(traits) - set(allowed))
         if unknown:
             known = ", ".join(allowed) or "none"

@@ -105,7 +105,8 @@ class BackendRef:
 @dataclass(frozen=True)
 class RegisteredEstimator:
     """A registered advantage estimator, with what the trainer must know about it (declared
-    at registration: ``register("advantage", name, fn, group_relative=..., needs_values=...)``).
+    at registration: ``register("advantage", name, fn, group_relative=..., needs_values=...,
+    needs_greedy=...)``).
     Calling it calls ``fn``."""
 
     fn: Callable[..., Any]
@@ -113,6 +114,9 @@ class RegisteredEstimator:
     group_relative: bool = False
     #: needs per-token value estimates: the trainer trains a value head beside the policy
     needs_values: bool = False
+    #: needs each task's greedy-rollout reward (``AdvantageInput.baselines``): the trainer
+    #: rolls one extra chain per task out at temperature 0, and does not train on it
+    needs_greedy: bool = False
 
     def __call__(self, data: Any, config: Any) -> Any:
         """``fn(data: AdvantageInput, config: AlgorithmSettings) -> AdvantageOutput``."""

@@ -99,11 +99,19 @@ class AgentEngine:
         on_finish: Callable[[Trajectory], Any] | None = None,
         task_offset: int = 0,
         n: int | None = None,
+        greedy: bool = False,
     ) -> list[Trajectory]:
         """``n`` (default ``rollout.n``) episodes per task; their segments, by task, then by
-        episode. ``on_finish`` gets each segment as its episode ends."""
+        episode. ``on_finish`` gets each segment as its episode ends. ``greedy`` (a greedy
+        episode per task) is not supported: an agent program sends its own requests."""
         from agentfly_cli.serve.app import build_app
         from agentfly_cli.serve.server import serving_in_loop
+
+        if greedy:
+            raise UserError(
+                "a greedy rollout per task (advantage remax) needs the recipe's turn loop; "
+                "agent programs (--agent) cannot give one yet: pick e.g. grpo or rloo"
+            )
 
         n = self.settings.n if n is None else n
         async with serving_in_loop(build_app(self.gateway, access=self._access)) as url:

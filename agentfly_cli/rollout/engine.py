@@ -176,10 +176,12 @@ class RolloutEngine:
         on_finish: Callable[[Trajectory], Any] | None = None,
         task_offset: int = 0,
         n: int | None = None,
+        greedy: bool = False,
     ) -> list[Trajectory]:
         """Roll out ``n`` chains (default ``rollout.n``) for every task, all concurrently under
         the concurrency bound (:attr:`chain_limit`, shared by the runs of one event loop: an
-        async trainer's overlapping runs never hold more envs than the pools have).
+        async trainer's overlapping runs never hold more envs than the pools have); ``greedy``:
+        one more per task, sample ``n``, at temperature 0 (ReMax's baseline, ``meta["greedy"]``).
 
         Returns trajectories ordered by task, then by sample. ``on_finish`` is called with each
         trajectory as soon as it is scored.
@@ -197,12 +199,13 @@ class RolloutEngine:
                     task_index=task_index + task_offset,
                     sample_index=sample_index,
                     group_id=f"{batch_id}:{task_index + task_offset}",
+                    greedy=greedy and sample_index == n,
                 )
             if on_finish is not None:
                 on_finish(trajectory)
             return trajectory
 
-        jobs = [one(i, s) for i in range(len(tasks)) for s in range(n)]
+        jobs = [one(i, s) for i in range(len(tasks)) for s in range(n + greedy)]
         async with self.envs.running():
             with _fewer_gc_passes(self.settings.gc_threshold):
                 trajectories = await _all_or_nothing(jobs)
@@ -227,15 +230,16 @@ class RolloutEngine:
         task_index: int = 0,
         sample_index: int = 0,
         group_id: str = "",
+        greedy: bool = False,
     ) -> Trajectory:
-        """Run one chain to the end and score it."""
+        """Run one chain to the end and score it (``greedy``: at temperature 0)."""
         started = time.perf_counter()
         trajectory = Trajectory(
             group_id=group_id,
             task_index=task_index,
             sample_index=sample_index,
             task=dict(task),
-            meta=dict(self.meta),
+            meta={**self.meta, "greedy": True} if greedy else dict(self.meta),
         )
         opening_env = self.settings.opening_env
         messages = [] if opening_env else opening_messages(task, self.system_prompt, self.examples)
@@ -320,7 +324,7 @@ class RolloutEngine:
         trajectory = chain.trajectory
         params = SamplingParams(
             max_tokens=min(settings.max_tokens_per_turn, budget),
-            temperature=settings.temperature,
+            temperature=0.0 if trajectory.meta.get("greedy") else settings.temperature,
             top_p=settings.top_p,
             top_k=settings.top_k,
             stop_token_ids=self._stop_ids,

@@ -43,7 +43,9 @@ class Engine(Protocol):
         on_finish: Callable[[Trajectory], Any] | None = None,
         task_offset: int = 0,
         n: int | None = None,
+        greedy: bool = False,
     ) -> list[Trajectory]:
         """``n`` (default ``settings.n``) chains per task, ordered by task, then by sample;
-        ``on_finish`` gets each trajectory as soon as it is scored."""
+        ``on_finish`` gets each trajectory as soon as it is scored. ``greedy``: one more chain
+        per task at temperature 0, marked ``meta["greedy"]`` (ReMax's baseline)."""
         ...

@@ -11,9 +11,78 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 LossAggregation = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
-#: ``loss_agg`` of a policy loss when the user sets none (others: token-mean). GSPO's objective
-#: is a mean over sequences of per-sequence terms (Zheng et al. 2025; verl's GSPO recipe).
-DEFAULT_LOSS_AGG = {"gspo": "seq-mean-token-mean"}
+#: ``loss_agg`` of a policy loss when the user sets none (others: token-mean). GSPO's and SAPO's
+#: objectives are means over sequences of per-sequence token means (Zheng et al. 2025, Gao et
+#: al. 2025; verl aggregates both so).
+DEFAULT_LOSS_AGG = {"gspo": "seq-mean-token-mean", "sapo": "seq-mean-token-mean"}
+
+
+class CispoSettings(BaseModel):
+    """CISPO's bounds on its importance-sampling weight: [1 - clip_low, 1 + clip_high]."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    clip_low: float = Field(
+        1.0,
+        ge=0.0,
+        le=1.0,
+        description="The weight is clipped below at 1 - clip_low; 1.0 (a bound of 0) is no "
+        "lower bound, as MiniMax-M1 sets it.",
+    )
+    clip_high: float = Field(
+        4.0, ge=0.0, description="The weight is clipped above at 1 + clip_high (ScaleRL: 5)."
+    )
+
+
+class SapoSettings(BaseModel):
+    """SAPO's gate temperatures, by the sign of the advantage (Gao et al. 2025: 1.0 and 1.05)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tau_pos: float = Field(1.0, gt=0.0, description="Gate temperature where the advantage > 0.")
+    tau_neg: float = Field(
+        1.05,
+        gt=0.0,
+        description="Gate temperature where the advantage <= 0 (above tau_pos: the gradient of "
+        "negative tokens fades sooner off-policy).",
+    )
+
+
+class ClipCovSettings(BaseModel):
+    """Clip-Cov: which tokens lose their gradient (Cui et al. 2025; verl's defaults)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ratio: float = Field(
+        2e-4,
+        gt=0.0,
+        le=1.0,
+        description="Share of a micro-batch's trained tokens whose gradient is detached (at "
+        "least one, where any qualifies).",
+    )
+    low: float = Field(1.0, description="Only tokens whose covariance is above this qualify.")
+    high: float = Field(5.0, description="Only tokens whose covariance is below this qualify.")
+
+    @model_validator(mode="after")
+    def _a_band(self) -> ClipCovSettings:
+        if self.low >= self.high:
+            raise ValueError(f"clip_cov.low ({self.low}) must be below clip_cov.high ({self.high})")
+        return self
+
+
+class KlCovSettings(BaseModel):
+    """KL-Cov: which tokens get a KL penalty, and its weight (Cui et al. 2025; verl's defaults)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ratio: float = Field(
+        2e-4,
+        gt=0.0,
+        le=1.0,
+        description="Share of a micro-batch's trained tokens with the largest covariance that "
+        "are penalised (at least one).",
+    )
+    coef: float = Field(1.0, ge=0.0, description="Weight of their |log-ratio| penalty.")
 
 
 class AlgorithmSettings(BaseModel):
@@ -24,13 +93,17 @@ class AlgorithmSettings(BaseModel):
     advantage: str = Field(
         "grpo",
         description="Advantage estimator: grpo, rloo, reinforce_pp, reinforce_pp_baseline, gae, "
-        "gigpo (credit per turn) or one a plugin registers.",
+        "gigpo (credit per turn), remax, opo, gpg or one a plugin registers.",
     )
-    policy_loss: str = Field("ppo", description="Policy loss: ppo, gspo or one a plugin registers.")
+    policy_loss: str = Field(
+        "ppo",
+        description="Policy loss: ppo, gspo, cispo, sapo, clip_cov, kl_cov, gpg or one a plugin "
+        "registers.",
+    )
     loss_agg: LossAggregation = Field(
         "token-mean",
         description="How per-token losses become one number: token-mean, seq-mean-token-mean "
-        "or seq-mean-token-sum-norm (Dr.GRPO). Unset, gspo uses seq-mean-token-mean.",
+        "or seq-mean-token-sum-norm (Dr.GRPO). Unset, gspo and sapo use seq-mean-token-mean.",
     )
     norm_adv_by_std: bool = Field(
         True, description="GRPO: divide by the group's std (False is Dr.GRPO)."
@@ -65,8 +138,9 @@ class AlgorithmSettings(BaseModel):
     )
     tis_mode: Literal["truncate", "mask"] = Field(
         "truncate",
-        description="truncate: weight each token by min(ratio, tis_cap); mask: weight 1, and drop "
-        "the tokens whose ratio is above tis_cap or below 1 / tis_cap from the loss.",
+        description="truncate: weight each token by min(ratio, tis_cap); mask: drop the tokens "
+        "whose ratio is above tis_cap or below 1 / tis_cap from the loss, its normalisers and "
+        "its entropy and KL terms (verl's token-level rejection).",
     )
     dynamic_sampling: bool = Field(
         False, description="DAPO: drop groups whose rewards are all equal."
@@ -79,6 +153,18 @@ class AlgorithmSettings(BaseModel):
         None,
         ge=1,
         description="Dr.GRPO normaliser of seq-mean-token-sum-norm; None: the generation budget.",
+    )
+    cispo: CispoSettings = Field(
+        default_factory=CispoSettings, description="cispo: the bounds of its weight."
+    )
+    sapo: SapoSettings = Field(
+        default_factory=SapoSettings, description="sapo: its gate temperatures."
+    )
+    clip_cov: ClipCovSettings = Field(
+        default_factory=ClipCovSettings, description="clip_cov: which tokens are detached."
+    )
+    kl_cov: KlCovSettings = Field(
+        default_factory=KlCovSettings, description="kl_cov: which tokens are penalised."
     )
     adv_eps: float = Field(1e-6, ge=0.0, description="Added to a std before dividing by it.")
     turn_weight: float = Field(

@@ -35,7 +35,9 @@ def rollout_metrics(trajectories: Iterable[Trajectory]) -> dict[str, float]:
     differ: a group-relative advantage (GRPO, RLOO) learns only from those.
 
     Trajectories whose reward is None (not scored) are skipped for the reward statistics
-    only; with no scored trajectory the reward keys are absent.
+    only; with no scored trajectory the reward keys are absent. The greedy chains ReMax rolls
+    out as its baseline (``meta["greedy"]``) are not in ``reward/*`` either:
+    ``reward/greedy_mean`` is their mean.
     """
     trajectories = list(trajectories)
     count = len(trajectories)
@@ -44,6 +46,10 @@ def rollout_metrics(trajectories: Iterable[Trajectory]) -> dict[str, float]:
     if len(episodes) != count:
         out["rollout/episodes"] = float(len(episodes))
 
+    greedy = [float(t.reward) for t in episodes if t.meta.get("greedy") and t.reward is not None]
+    if greedy:  # ReMax's baseline chains: scored, not trained, not in reward/*
+        out["reward/greedy_mean"] = sum(greedy) / len(greedy)
+    episodes = [t for t in episodes if not t.meta.get("greedy")]
     rewards = [float(t.reward) for t in episodes if t.reward is not None]
     if rewards:
         mean = sum(rewards) / len(rewards)

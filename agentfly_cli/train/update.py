@@ -25,7 +25,12 @@ from agentfly_cli.settings.run import RunSettings
 from agentfly_cli.telemetry.step_progress import StepProgress
 from agentfly_cli.train.tensors.batch import MicroBatch, plan_micro_batches, scatter_rows
 from agentfly_cli.train.tensors.logprobs import SequenceBatch, sequence_logprobs
-from agentfly_cli.train.tensors.step_batch import StepBatch, trainable
+from agentfly_cli.train.tensors.step_batch import (
+    StepBatch,
+    greedy_baselines,
+    split_greedy,
+    trainable,
+)
 from agentfly_cli.train_backends import distributed
 from agentfly_cli.trajectory import Trajectory
 
@@ -79,11 +84,35 @@ def fill_advantages(
         token_rewards=token_rewards,
         turns=batch.turns,
         episodes=batch.episodes,
+        baselines=batch.baselines,
     )
     out = advantage_fn(data, algo)
     batch.advantages = out.advantages * batch.mask
     batch.returns = out.returns
     metrics.update(out.metrics)
+
+
+def masks_importance_sampling(algo: Any) -> bool:
+    """Masked importance sampling is on: tokens whose trainer / sampler probability ratio
+    lies outside [1 / tis_cap, tis_cap] leave the loss."""
+    return algo.tis_cap is not None and algo.tis_mode == "mask"
+
+
+def reject_tokens(batch: StepBatch, algo: Any, metrics: dict[str, float]) -> None:
+    """Masked importance sampling as verl's token-level rejection (``rollout_rs: token``,
+    which replaces the response mask): the rejected tokens leave ``batch.loss_mask``, so
+    they are out of the policy loss, its normalisers (the mean is over the accepted tokens)
+    and the entropy, KL and value terms. The advantages were computed on every sampled
+    token. ``tis/accepted_frac``: the share of trained tokens kept."""
+    if not masks_importance_sampling(algo) or not batch.has_sampler_logprobs:
+        return
+    from agentfly_cli.algorithms import losses
+
+    batch.loss_mask = losses.tis_mask(
+        batch.old_logprobs, batch.sampler_logprobs, batch.mask, algo.tis_cap
+    )
+    trained = float(batch.mask.sum())
+    metrics["tis/accepted_frac"] = float(batch.loss_mask.sum()) / max(trained, 1.0)
 
 
 class PolicyUpdate:
@@ -139,14 +168,17 @@ class PolicyUpdate:
     def prepare(self, trajectories: list[Trajectory], metrics: dict[str, float]):
         """The step's batch with its old/reference logprobs and advantages (None: nothing to
         train on; with several ranks, this rank still joins the others' passes)."""
+        trajectories, greedy = split_greedy(trajectories)  # remax's baseline chains
         usable = trainable(trajectories, self.algo, metrics)
         if not usable:
             if distributed.active():
                 self._reference_pass(None)  # the other ranks' passes need this one's
             return None
         batch = StepBatch.of(usable, self.algo)
+        batch.baselines = greedy_baselines(batch, greedy)
         self._reference_pass(batch)
         fill_advantages(batch, metrics, self.advantage_fn, self.algo, self.reference is not None)
+        reject_tokens(batch, self.algo, metrics)
         return batch
 
     def _needs_old_pass(self) -> bool:
@@ -155,6 +187,8 @@ class PolicyUpdate:
             settings.epochs * settings.mini_batches > 1
             or self.advantage_fn.needs_values
             or (algo.kl_coef > 0 and algo.kl_in_reward)
+            # masked IS: the accepted tokens, and so the loss's normalisers, before any pass
+            or masks_importance_sampling(algo)
         )
 
     def _plans(self, batch: StepBatch | None, indices) -> list[MicroBatch | None]:
@@ -286,7 +320,7 @@ class PolicyUpdate:
         for indices, plans in schedule:
             # Normalisers over the whole mini-batch, every rank's part of it: each rank's
             # loss is scaled by the world size since DeepSpeed averages the gradients.
-            local_tokens = int(batch.mask[indices].sum().item()) if indices else 0
+            local_tokens = int(batch.trained_mask[indices].sum().item()) if indices else 0
             num_tokens = distributed.all_sum(local_tokens)
             num_seqs = distributed.all_sum(len(indices))
             for plan in plans:
@@ -338,7 +372,8 @@ class PolicyUpdate:
             return matrix[index].to(device)
 
         logprobs = scatter_rows(stats.logprobs, sub, width)
-        mask = rows_of(batch.mask)
+        sampled = rows_of(batch.mask)
+        mask = rows_of(batch.trained_mask)  # less the tokens masked IS rejected
         n_tok = int(mask.sum().item())
         old = rows_of(batch.old_logprobs) if batch.old_logprobs is not None else logprobs.detach()
         per_token, loss_metrics = self.policy_loss_fn(
@@ -346,19 +381,21 @@ class PolicyUpdate:
         )
         if algo.tis_cap is not None and batch.has_sampler_logprobs:
             sampler = rows_of(batch.sampler_logprobs)
+            n_sampled = int(sampled.sum().item())
             if algo.tis_mode == "mask":
-                weights = losses.tis_mask(old, sampler, mask, algo.tis_cap)
+                weights = mask  # the rejected tokens are already off the loss mask
             else:
                 weights = losses.tis_weights(old, sampler, mask, algo.tis_cap)
-            per_token = per_token * weights
-            tally.add("tis/weight_mean", float((weights * mask).sum()) / max(n_tok, 1), n_tok)
+                per_token = per_token * weights
+            mean_weight = float((weights * sampled).sum()) / max(n_sampled, 1)
+            tally.add("tis/weight_mean", mean_weight, n_sampled)
             for name, value in losses.importance_ratio_stats(
-                old, sampler, mask, algo.tis_cap
+                old, sampler, sampled, algo.tis_cap
             ).items():
                 if name in ("ratio_max", "ratio_min"):
                     tally.extreme(f"tis/{name}", value, high=name == "ratio_max")
                 else:
-                    tally.add(f"tis/{name}", value, n_tok)
+                    tally.add(f"tis/{name}", value, n_sampled)
 
         def aggregate(values: torch.Tensor) -> torch.Tensor:
             return losses.aggregate_loss(

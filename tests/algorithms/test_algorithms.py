@@ -535,12 +535,23 @@ def test_builtin_algorithms_register_through_their_entry_point():
     assert list(host.components.advantages) == [
         "gae",
         "gigpo",
+        "gpg",
         "grpo",
+        "opo",
         "reinforce_pp",
         "reinforce_pp_baseline",
+        "remax",
         "rloo",
     ]
-    assert list(host.components.policy_losses) == ["gspo", "ppo"]
+    assert list(host.components.policy_losses) == [
+        "cispo",
+        "clip_cov",
+        "gpg",
+        "gspo",
+        "kl_cov",
+        "ppo",
+        "sapo",
+    ]
     entry = host.components.advantages.entry("grpo")
     assert entry.provenance.plugin == "builtin_algorithms" and entry.provenance.builtin
     assert host.plugin("builtin_algorithms").hooks == ["register_algorithms"]
@@ -557,12 +568,16 @@ def test_unknown_algorithm_name_lists_the_available_ones():
     message = str(caught.value)
     assert isinstance(caught.value, UnknownComponentError) and "\n" not in message
     assert "unknown advantage estimator 'grp'" in message and "did you mean 'grpo'" in message
-    assert "available: gae, gigpo, grpo, reinforce_pp, reinforce_pp_baseline, rloo" in message
+    assert (
+        "available: gae, gigpo, gpg, grpo, opo, reinforce_pp, reinforce_pp_baseline, remax, rloo"
+        in message
+    )
     with pytest.raises(
         UserError,
-        match="unknown policy loss 'sapo' in algorithm.policy_loss; .*available: gspo, ppo",
+        match="unknown policy loss 'sapoo' in algorithm.policy_loss; did you mean 'sapo'.*"
+        "available: cispo, clip_cov, gpg, gspo, kl_cov, ppo, sapo",
     ):
-        get_policy_loss("sapo")
+        get_policy_loss("sapoo")
 
 
 def test_loading_the_builtin_algorithms_does_not_import_torch():
@@ -621,19 +636,26 @@ def test_hook_register_algorithms(make_plugin):
 
 
 def test_the_builtin_estimators_declare_their_traits():
+    names = ("grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "gae")
+    names += ("gigpo", "remax", "opo", "gpg")
     traits = {
         name: (
             get_advantage_estimator(name).group_relative,
             get_advantage_estimator(name).needs_values,
+            get_advantage_estimator(name).needs_greedy,
         )
-        for name in ("grpo", "rloo", "reinforce_pp", "reinforce_pp_baseline", "gae")
+        for name in names
     }
     assert traits == {
-        "grpo": (True, False),
-        "rloo": (True, False),
-        "reinforce_pp": (False, False),
-        "reinforce_pp_baseline": (True, False),
-        "gae": (False, True),
+        "grpo": (True, False, False),
+        "rloo": (True, False, False),
+        "reinforce_pp": (False, False, False),
+        "reinforce_pp_baseline": (True, False, False),
+        "gae": (False, True, False),
+        "gigpo": (True, False, False),
+        "remax": (False, False, True),  # one greedy chain per task; n = 1 is fine
+        "opo": (True, False, False),
+        "gpg": (True, False, False),
     }
 
 
@@ -644,7 +666,7 @@ def test_an_unknown_estimator_trait_is_a_hook_error(make_plugin):
     )
     host = load_plugins(only={dist})
     message = host.plugins[0].hook_errors["register_algorithms"]
-    assert "unknown trait(s) needs_critic; group_relative, needs_values" in message
+    assert "unknown trait(s) needs_critic; group_relative, needs_values, needs_greedy" in message
 
 
 def test_duplicate_algorithm_name_is_a_conflict_naming_both_plugins(make_plugin):

@@ -27,7 +27,7 @@ class AsyncSteps:
             self._run_batch,
             trainer.tasks.take,
             tasks_per_step=settings.tasks_per_step,
-            n=trainer.engine.settings.n,
+            n=trainer.engine.settings.n + trainer.advantage_fn.needs_greedy,  # remax: + greedy
             max_staleness=settings.max_staleness,
             version=trainer.start_step,
             kept=trainer.start_step * settings.tasks_per_step,
@@ -100,6 +100,7 @@ class AsyncSteps:
                 batch_id=f"s{batch}",
                 task_offset=stretch[0][0],
                 on_finish=on_finish,
+                greedy=trainer.advantage_fn.needs_greedy,
             )
             for stretch in stretches
         ]

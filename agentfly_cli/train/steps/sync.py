@@ -34,10 +34,11 @@ class SyncSteps:
         offset = picked[0][0] if picked else 0
         engine, progress = trainer.engine, trainer.progress
         base = engine.sampled_tokens
+        greedy = trainer.advantage_fn.needs_greedy  # remax: one greedy chain per task more
         progress.begin(
             "rollout",
             step=step,
-            total=len(tasks) * engine.settings.n,
+            total=len(tasks) * (engine.settings.n + greedy),
             unit="chains",
             live_tokens=lambda: engine.sampled_tokens - base,
         )
@@ -47,6 +48,7 @@ class SyncSteps:
                 batch_id=f"s{step}",
                 task_offset=offset,
                 on_finish=lambda _: progress.advance(),
+                greedy=greedy,
             )
         finally:
             progress.end()

@@ -35,6 +35,17 @@ class StepBatch:
     old_values: torch.Tensor | None = None
     advantages: torch.Tensor | None = None
     returns: torch.Tensor | None = None
+    # [B, L] the tokens the loss trains: ``mask`` less those masked importance sampling
+    # rejected (tis_mode: mask); None: ``mask``
+    loss_mask: torch.Tensor | None = None
+    # [B] the reward of the greedy chain of each row's task (remax), NaN where it has none;
+    # None: no greedy chain was rolled out
+    baselines: torch.Tensor | None = None
+
+    @property
+    def trained_mask(self) -> torch.Tensor:
+        """The tokens the loss, its normalisers and its entropy and KL terms cover."""
+        return self.mask if self.loss_mask is None else self.loss_mask
 
     @classmethod
     def of(cls, trajectories: list[Trajectory], algo: AlgorithmSettings | None = None) -> StepBatch:
@@ -56,6 +67,25 @@ class StepBatch:
             token_matrix(rows, sampler),
             has_sampler,
         )
+
+
+def split_greedy(
+    trajectories: list[Trajectory],
+) -> tuple[list[Trajectory], dict[str, float] | None]:
+    """The sampled chains, and the reward of each group's greedy chain (``meta["greedy"]``,
+    ReMax's baseline: never trained; a chain not scored gives none); None without any."""
+    greedy = [t for t in trajectories if t.meta.get("greedy")]
+    if not greedy:
+        return trajectories, None
+    rewards = {t.group_id: float(t.reward) for t in greedy if t.reward is not None}
+    return [t for t in trajectories if not t.meta.get("greedy")], rewards
+
+
+def greedy_baselines(batch: StepBatch, rewards: dict[str, float] | None) -> torch.Tensor | None:
+    """[B] each row's group's greedy reward (NaN where there is none), or None."""
+    if rewards is None:
+        return None
+    return torch.tensor([rewards.get(row.group, float("nan")) for row in batch.rows])
 
 
 def trainable(
