@@ -415,7 +415,6 @@ class RolloutEngine:
                 f"tool '{call.name}' could not run: {type(exc).__name__}: {exc}",
                 ToolErrorKind.EXCEPTION,
                 tool=call.name,
-                exception=type(exc).__name__,  # infra_failures reads it (env_start, ...)
             )
 
     async def _call_tool(self, chain: _Chain, call: ToolCall) -> ToolResult:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 
-from agentfly_cli.trajectory import Trajectory
+from agentfly_cli.trajectory import ToolCallRecord, Trajectory
 
 INFRA_CAUSES = (
     "env_start",
@@ -73,6 +73,7 @@ GATEWAY = frozenset(
 )
 #: the kinds of :class:`~agentfly_cli.rollout.agent_calls.AgentFailed` (an agent episode's error)
 AGENT_KINDS = ("AgentError", "AgentExit", "AgentInterrupt", "AgentTimeout")
+_COULD_NOT_RUN = re.compile(r"^tool '[^']*' could not run: ([A-Za-z_][A-Za-z0-9_.]*):")
 _NAME = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_.]*)\s*:")
 _REWARD_TIMEOUT = re.compile(r"reward '[^']*' timed out after")
 _REWARD_FAILED = re.compile(r"reward '[^']*' (failed|needs|must|returned)|^reward '")
@@ -84,7 +85,7 @@ def infra_failure(trajectory: Trajectory) -> str | None:
     if trajectory.finish_reason == "abort":
         return _abort_cause(trajectory.error or "")
     for call in trajectory.tool_calls:
-        cause = _exception_cause(str((call.info or {}).get("exception", "")))
+        cause = _exception_cause(_call_exception(call))
         if call.status == "error" and cause is not None:
             return cause
     error = trajectory.reward_extras.get("error") if trajectory.reward_extras else None
@@ -94,6 +95,16 @@ def infra_failure(trajectory: Trajectory) -> str | None:
         if _REWARD_FAILED.search(error):
             return "reward_error"
     return None
+
+
+def _call_exception(call: ToolCallRecord) -> str:
+    """The exception a failed call raised: the tool's (``info["exception"]``), or the one
+    that kept it from running (the engine's ``"tool 'x' could not run: Type: ..."``)."""
+    name = (call.info or {}).get("exception")
+    if isinstance(name, str):
+        return name
+    match = _COULD_NOT_RUN.match(call.observation or "")
+    return match.group(1) if match else ""
 
 
 def _exception_cause(name: str) -> str | None:

@@ -20,6 +20,12 @@ def failed_call(kind: str, exception: str | None = None, status: str = "error"):
     return ToolCallRecord(0, "c1", "step", {}, "tool 'step' failed", status, kind, info=info)
 
 
+def could_not_run(error: str):
+    """A call the engine could not run (its env did not come): no ``info["exception"]``."""
+    text = f"tool 'step' could not run: {error}"
+    return ToolCallRecord(0, "c1", "step", {}, text, "error", "exception")
+
+
 @pytest.mark.parametrize(
     ("trajectory", "cause"),
     [
@@ -34,6 +40,8 @@ def failed_call(kind: str, exception: str | None = None, status: str = "error"):
         (chain(calls=[failed_call("exception", "ConnectionResetError")]), "env_died"),
         (chain(calls=[failed_call("exception", "LeaseExpired")]), "env_died"),
         (chain(calls=[failed_call("exception", "EnvStartError")]), "env_start"),
+        (chain(calls=[could_not_run("EnvStartError: env 'proc' did not reset")]), "env_start"),
+        (chain(calls=[could_not_run("AcquireTimeout: no 'proc' env in 30 s")]), "env_start"),
         (chain(extras={"error": "reward 'judge' timed out after 5 s"}), "reward_timeout"),
         (chain(extras={"error": "reward 'judge' failed: KeyError: 'x'"}), "reward_error"),
         (chain("max_turns", extras={"error": "reward 'a' failed: E: m"}), "reward_error"),
@@ -60,6 +68,7 @@ def test_infrastructure_causes(trajectory, cause):
         # an agent failure's own error in the extras is not a reward failure
         chain("abort", "AgentError: KeyError: 'a'", {"error": "AgentError: KeyError: 'a'"}),
         chain(calls=[failed_call("exception", "EnvProcessDied", status="ok")]),
+        chain(calls=[could_not_run("ValueError: bad")]),
     ],
 )
 def test_the_models_own_failures_are_not_infrastructure(trajectory):

@@ -160,3 +160,24 @@ def test_a_group_left_too_small_is_dropped(group):
     assert metrics["infra/dropped_groups"] == 1.0
     kept = trainable(pair, AlgorithmSettings(min_group_size=1), {})
     assert [t.sample_index for t in kept] == [0]
+
+
+def test_an_env_that_dies_on_reset_is_an_env_start_failure(tiny_model):
+    chat = ChatTemplate.load(str(tiny_model))
+    script = [[call("counter", action="inc"), "1"]]
+    engine = RolloutEngine(
+        ScriptedBackend(script, chat), chat, get_parser("hermes"), [counter], right,
+        RolloutSettings(n=1, max_turns=3),
+        env_specs={"proc": PROC},
+        env_manager=ResourceManager({"proc": PROC}, {"proc": EnvPoolSettings(provider="process")}),
+    )  # fmt: skip
+
+    async def main():
+        async with engine.envs:
+            return await engine.run([{"question": "Count.", "target": "1", "crash_on_reset": 1}])
+
+    [trajectory] = asyncio.run(asyncio.wait_for(main(), 120))
+    assert trajectory.tool_calls[0].status == "error"
+    assert "could not run: EnvStartError" in trajectory.tool_calls[0].observation
+    assert trajectory.reward == 1.0  # it answered right anyway; the reward is not trusted
+    assert infra_failure(trajectory) == "env_start"
