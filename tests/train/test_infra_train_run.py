@@ -38,16 +38,17 @@ def train(tmp_path, tiny_model, n: int, *extra: str):
     assert result.exit_code == 0, result.output
     [line] = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     [written] = (run_dir / "trajectories").glob("step-*.jsonl")
-    return line, read_trajectories(written)
+    return line, read_trajectories(written), " ".join(result.output.split())
 
 
 def test_a_reward_that_raises_is_counted_and_left_out(tmp_path, tiny_model):
-    line, trajectories = train(tmp_path, tiny_model, 3)
+    line, trajectories, output = train(tmp_path, tiny_model, 3)
     assert len(trajectories) == 3  # every chain is kept in the run's record
     assert "ConnectionError" in trajectories[0].reward_extras["error"]
     assert line["infra/failures/reward_error"] == 1.0 and line["infra/dropped_groups"] == 0.0
     assert line["train/trajectories"] == 2.0
-    off, _ = train(
+    assert "1 chain(s) ended in infrastructure failures (reward_error: 1)" in output
+    off, _, _ = train(
         tmp_path, tiny_model, 3, "--set", "trainer.algorithm.exclude_infra_failures=false"
     )
     assert off["infra/failures/reward_error"] == 1.0 and off["train/trajectories"] == 3.0
