@@ -145,6 +145,19 @@ class AlgorithmSettings(BaseModel):
     dynamic_sampling: bool = Field(
         False, description="DAPO: drop groups whose rewards are all equal."
     )
+    exclude_infra_failures: bool = Field(
+        True,
+        description="Leave chains that ended for an infrastructure reason (an env that did not "
+        "start or died, a backend or gateway failure, a reward that timed out or raised) out "
+        "of their group's statistics and out of the loss; counted as infra/failures/<cause>. "
+        "false: they train with the reward they got (usually 0).",
+    )
+    min_group_size: int = Field(
+        2,
+        ge=1,
+        description="A group that exclude_infra_failures left with fewer chains (agent "
+        "episodes) than this is dropped (infra/dropped_groups); groups that lost none are kept.",
+    )
     value_coef: float = Field(0.5, ge=0.0, description="Weight of the value loss (gae).")
     value_clip: float | None = Field(
         0.2, gt=0.0, description="Clip range of the value update; None is unclipped."

@@ -20,6 +20,7 @@ from agentfly_cli.chat.doctor import training_notes
 from agentfly_cli.errors import UserError
 from agentfly_cli.rollout.outcome import check_some_chain_ran
 from agentfly_cli.settings.run import RunSettings
+from agentfly_cli.telemetry.infra_watch import InfraFailureWatch
 from agentfly_cli.telemetry.signal_watch import FlatRewardWatch
 from agentfly_cli.telemetry.step_progress import StepProgress
 from agentfly_cli.train.checkpoint import CheckpointManager
@@ -100,6 +101,7 @@ class Trainer:
         self.signal_watch = FlatRewardWatch(
             self.algo.advantage, self.run_dir, group_relative=self.advantage_fn.group_relative
         )
+        self.infra_watch = InfraFailureWatch(self.algo.exclude_infra_failures)
         self.progress = StepProgress()  # the phase of the running step, for the live display
 
     # ---- setup -------------------------------------------------------------------------------
@@ -257,6 +259,7 @@ class Trainer:
         if main:
             telemetry.log(step, metrics)
             self.signal_watch.check(metrics, telemetry.warn)
+            self.infra_watch.check(step, metrics, telemetry.warn)
         promoted = self.tasks.record(step, metrics)
         if promoted and main:
             telemetry.note(promoted)

@@ -168,7 +168,8 @@ class PolicyUpdate:
     def prepare(self, trajectories: list[Trajectory], metrics: dict[str, float]):
         """The step's batch with its old/reference logprobs and advantages (None: nothing to
         train on; with several ranks, this rank still joins the others' passes)."""
-        trajectories, greedy = split_greedy(trajectories)  # remax's baseline chains
+        # remax's baseline chains
+        trajectories, greedy = split_greedy(trajectories, self.algo.exclude_infra_failures)
         usable = trainable(trajectories, self.algo, metrics)
         if not usable:
             if distributed.active():

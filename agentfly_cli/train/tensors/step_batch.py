@@ -1,7 +1,7 @@
 """One training step's trajectories as tensors (:class:`StepBatch`), after dropping those it
-cannot train on: not token-exact, nothing sampled (or nothing left to train once
-``branch_credit: none`` took an agent episode's branch ends off), or (with dynamic sampling)
-a group whose rewards are all equal."""
+cannot train on: an infrastructure failure (:mod:`.infra_filter`), not token-exact, nothing
+sampled (or nothing left to train once ``branch_credit: none`` took an agent episode's branch
+ends off), or (with dynamic sampling) a group whose rewards are all equal."""
 
 from __future__ import annotations
 
@@ -13,9 +13,11 @@ from agentfly_cli.algorithms import interfaces as alg
 from agentfly_cli.algorithms.interfaces import TurnSpan
 from agentfly_cli.algorithms.turn_credit import turn_spans
 from agentfly_cli.errors import UserError
+from agentfly_cli.rollout.infra_failures import infra_failure
 from agentfly_cli.settings.algorithm import AlgorithmSettings
 from agentfly_cli.train.tensors.batch import TrainRow, token_matrix, trained_mask
 from agentfly_cli.train.tensors.branches import credited, episode_key
+from agentfly_cli.train.tensors.infra_filter import without_infra_failures
 from agentfly_cli.trajectory import Trajectory
 
 
@@ -70,13 +72,16 @@ class StepBatch:
 
 
 def split_greedy(
-    trajectories: list[Trajectory],
+    trajectories: list[Trajectory], exclude_infra: bool = False
 ) -> tuple[list[Trajectory], dict[str, float] | None]:
     """The sampled chains, and the reward of each group's greedy chain (``meta["greedy"]``,
-    ReMax's baseline: never trained; a chain not scored gives none); None without any."""
+    ReMax's baseline: never trained; a chain not scored gives none, nor, with
+    ``exclude_infra``, one that ended in an infrastructure failure); None without any."""
     greedy = [t for t in trajectories if t.meta.get("greedy")]
     if not greedy:
         return trajectories, None
+    if exclude_infra:
+        greedy = [t for t in greedy if infra_failure(t) is None]
     rewards = {t.group_id: float(t.reward) for t in greedy if t.reward is not None}
     return [t for t in trajectories if not t.meta.get("greedy")], rewards
 
@@ -94,7 +99,8 @@ def trainable(
     """The trajectories a step trains on, as trained (:func:`~.branches.credited`); what was
     dropped, and why, goes to ``metrics``."""
     usable = []
-    for t in credited(trajectories, algo.branch_credit, metrics):
+    scored = without_infra_failures(trajectories, algo, metrics)  # the failure policy
+    for t in credited(scored, algo.branch_credit, metrics):
         if not t.token_exact or sum(t.loss_mask) == 0:
             continue
         if t.reward is None:
@@ -102,7 +108,7 @@ def trainable(
                 "trajectories have no reward: set `reward:` in the recipe (e.g. exact_match)"
             )
         usable.append(t)
-    metrics["train/dropped_unusable"] = float(len(trajectories) - len(usable))
+    metrics["train/dropped_unusable"] = float(len(scored) - len(usable))
     if algo.dynamic_sampling and usable:
         rewards = [t.reward for t in usable]
         keep = alg.zero_variance_groups(rewards, [t.group_id for t in usable])
