@@ -74,24 +74,34 @@ def end_session(base_url: str, session: str, reward: float) -> dict:
         return json.load(reply)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def options(argv: list[str] | None, description: str) -> argparse.Namespace:
+    """The command line both gateway clients take."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--base-url", default="http://127.0.0.1:8000")
     parser.add_argument("--question", default="What is 17 * 23?")
     parser.add_argument("--turns", type=int, default=3)
     parser.add_argument("--stream", action="store_true")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def report_session(base_url: str, session: str) -> None:
+    """End the session with reward 1 and print what the gateway recorded of it."""
+    record = end_session(base_url, session, reward=1.0)
+    for k, segment in enumerate(record["trajectories"]):
+        trained = sum(segment["loss_mask"])
+        print(f"segment {k}: {len(segment['turns'])} turns, {len(segment['ids'])} ids, "
+              f"{trained} trained, token_exact={segment['token_exact']}")  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = options(argv, __doc__.splitlines()[0])
     session = f"anthropic-{uuid.uuid4().hex[:8]}"
     client = anthropic.Anthropic(base_url=f"{args.base_url}/s/{session}", api_key="none")
     replies = run(client, args.question, args.turns, args.stream)
     for i, reply in enumerate(replies, 1):
         kinds = ", ".join(block.type for block in reply.content) or "nothing"
         print(f"reply {i}: {reply.stop_reason} ({kinds})")
-    record = end_session(args.base_url, session, reward=1.0)
-    for k, segment in enumerate(record["trajectories"]):
-        trained = sum(segment["loss_mask"])
-        print(f"segment {k}: {len(segment['turns'])} turns, {len(segment['ids'])} ids, "
-              f"{trained} trained, token_exact={segment['token_exact']}")  # fmt: skip
+    report_session(args.base_url, session)
 
 
 if __name__ == "__main__":

@@ -13,11 +13,10 @@ model the replies are nonsense; the loop and the record are what this shows.
 
 from __future__ import annotations
 
-import argparse
 import json
 import uuid
 
-from anthropic_client import calculate, end_session  # the same tool and session end
+from anthropic_client import calculate, options, report_session  # the same tool, flags, record
 from openai import OpenAI
 
 CALCULATOR = {
@@ -74,23 +73,14 @@ def _arguments(text: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--base-url", default="http://127.0.0.1:8000")
-    parser.add_argument("--question", default="What is 17 * 23?")
-    parser.add_argument("--turns", type=int, default=3)
-    parser.add_argument("--stream", action="store_true")
-    args = parser.parse_args(argv)
+    args = options(argv, __doc__.splitlines()[0])
     session = f"responses-{uuid.uuid4().hex[:8]}"
     client = OpenAI(base_url=f"{args.base_url}/s/{session}/v1", api_key="none")
     replies = run(client, args.question, args.turns, args.stream)
     for i, reply in enumerate(replies, 1):
         kinds = ", ".join(item.type for item in reply.output) or "nothing"
         print(f"response {i}: {reply.status} ({kinds})")
-    record = end_session(args.base_url, session, reward=1.0)
-    for k, segment in enumerate(record["trajectories"]):
-        trained = sum(segment["loss_mask"])
-        print(f"segment {k}: {len(segment['turns'])} turns, {len(segment['ids'])} ids, "
-              f"{trained} trained, token_exact={segment['token_exact']}")  # fmt: skip
+    report_session(args.base_url, session)
 
 
 if __name__ == "__main__":

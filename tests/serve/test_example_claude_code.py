@@ -17,7 +17,8 @@ from agentfly_cli.serve.gateway import Gateway
 from agentfly_cli.serve.server import serving_in_thread
 from tests.helpers.paths import REPO_ROOT, load_script
 from tests.helpers.recipe_checks import agentfly
-from tests.serve.test_serve_agent_clis import ToolCycle, call, cli
+from tests.serve.test_serve_agent_clis import ToolCycle, cli
+from tests.serve.test_serve_capture import call
 
 pytestmark = pytest.mark.slow
 

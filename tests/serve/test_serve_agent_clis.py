@@ -12,7 +12,6 @@ segment. The gateway requires an API key, which each harness sends in its own he
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -27,6 +26,7 @@ from agentfly_cli.serve.app import build_app
 from agentfly_cli.serve.auth import Access
 from agentfly_cli.serve.gateway import Gateway
 from agentfly_cli.serve.server import serving_in_thread
+from tests.serve.test_serve_capture import call
 
 pytestmark = pytest.mark.slow
 
@@ -44,10 +44,6 @@ def cli(name: str) -> str:
             pytest.skip(f"{name} is not installed: run `make install-agent-clis` (npm)")
         return found
     return str(path)
-
-
-def call(name: str, **arguments) -> str:
-    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
 
 
 class ToolCycle(Backend):
