@@ -116,6 +116,13 @@ def evaluate(
     if not config.reward:
         raise UserError("eval needs a reward: pass --reward NAME (see `agentfly rewards list`)")
     report = execute(config, quiet=quiet or as_json, evaluate=threshold)
+    if not report.tasks and report.overall.get("infra_failures"):
+        causes = ", ".join(f"{c} {n}" for c, n in report.overall["infra_failures"].items())
+        raise UserError(
+            f"every chain of the eval ended in an infrastructure failure ({causes}), so "
+            "nothing scores the model; fix the env, sandbox or backend named in the "
+            "trajectories (`agentfly view` on --out) and run again"
+        )
     summary = report.rollout.summary()
     if as_json:
         print_json({"summary": summary, "eval": report.to_dict(), "out": config.out})

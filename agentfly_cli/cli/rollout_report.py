@@ -81,6 +81,10 @@ def eval_tables(report: dict[str, Any], threshold: float) -> list:
         ("a chain passes", f"reward >= {threshold:g}"),
         *((k, fmt(overall[k])) for k in keys),
     ]
+    if overall.get("infra_failures"):  # not samples of the policy: left out of the scores
+        causes = ", ".join(f"{c} {count}" for c, count in overall["infra_failures"].items())
+        facts.append(("left out (infrastructure failures)", causes))
+        facts.append(("tasks with no chain left", overall.get("unscored_tasks", 0)))
     return [
         table("per task", ("id" if with_ids else "task", "passed", *shown), rows),
         table("overall", ("metric", "value"), facts),

@@ -8,6 +8,7 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from typing import Any
 
+from agentfly_cli.rollout.infra_failures import infra_failure
 from agentfly_cli.trajectory import Trajectory, episode_ends
 
 
@@ -72,14 +73,46 @@ def ks_for(n: int) -> list[int]:
     return ks
 
 
+def infra_failed_chains(trajectories: Sequence[Trajectory]) -> dict[int, str]:
+    """The chains (``id`` of their :func:`episode_ends` trajectory) that an infrastructure
+    failure ended, with its cause; an agent episode counts when any segment failed so."""
+    cause_of: dict[Any, str] = {}
+    for trajectory in trajectories:
+        cause = infra_failure(trajectory)
+        if cause is not None:
+            cause_of.setdefault(trajectory.meta.get("episode", id(trajectory)), cause)
+    return {
+        id(end): cause_of[key]
+        for end in episode_ends(trajectories)
+        if (key := end.meta.get("episode", id(end))) in cause_of
+    }
+
+
 def evaluate(trajectories: Sequence[Trajectory], threshold: float = 1.0) -> dict[str, Any]:
     """pass@k and mean@k per task and overall. A chain passes when its reward >= threshold;
-    an agent episode is one chain, however many segments it has."""
+    an agent episode is one chain, however many segments it has. A chain that an
+    infrastructure failure ended (:func:`~agentfly_cli.rollout.infra_failures.infra_failure`:
+    an env that did not start or died, a backend, gateway or reward failure) is not a sample
+    of the policy: it is left out and counted by cause in ``overall["infra_failures"]`` and
+    the task's ``infra_failed``; ``n`` is then the fewest chains any task has left, and a task
+    left with none is counted in ``overall["unscored_tasks"]``."""
+    failed = infra_failed_chains(trajectories)
     by_task: dict[int, list[Trajectory]] = defaultdict(list)
+    lost: Counter[int] = Counter()
     for trajectory in episode_ends(trajectories):
-        by_task[trajectory.task_index].append(trajectory)
+        if id(trajectory) in failed:
+            lost[trajectory.task_index] += 1
+            by_task.setdefault(trajectory.task_index, [])
+        else:
+            by_task[trajectory.task_index].append(trajectory)
+    unscored = [index for index, group in by_task.items() if not group]
+    for index in unscored:
+        del by_task[index]
     if not by_task:
-        return {"tasks": [], "overall": {}, "threshold": threshold}
+        overall_none: dict[str, Any] = {}
+        if failed:
+            overall_none = _infra_counts(failed, len(unscored))
+        return {"tasks": [], "overall": overall_none, "threshold": threshold}
     n = min(len(group) for group in by_task.values())
     ks = ks_for(n)
     rows = []
@@ -94,10 +127,19 @@ def evaluate(trajectories: Sequence[Trajectory], threshold: float = 1.0) -> dict
             "correct": correct,
             f"mean@{n}": round(sum(rewards) / n, 6),
         }
+        if lost[task_index]:
+            row["infra_failed"] = lost[task_index]
         for k in ks:
             row[f"pass@{k}"] = round(pass_at_k(n, correct, k), 6)
         rows.append(row)
     overall: dict[str, Any] = {"tasks": len(rows), "n": n}
     for key in [f"pass@{k}" for k in ks] + [f"mean@{n}"]:
         overall[key] = round(sum(r[key] for r in rows) / len(rows), 6)
+    if failed:
+        overall.update(_infra_counts(failed, len(unscored)))
     return {"tasks": rows, "overall": overall, "threshold": threshold}
+
+
+def _infra_counts(failed: dict[int, str], unscored: int) -> dict[str, Any]:
+    counts = dict(Counter(failed.values()).most_common())
+    return {"infra_failures": counts, "unscored_tasks": unscored}

@@ -52,3 +52,28 @@ def test_a_reward_that_raises_is_counted_and_left_out(tmp_path, tiny_model):
         tmp_path, tiny_model, 3, "--set", "trainer.algorithm.exclude_infra_failures=false"
     )
     assert off["infra/failures/reward_error"] == 1.0 and off["train/trajectories"] == 3.0
+
+
+def test_held_out_eval_leaves_failed_chains_out_and_counts_them(tmp_path, tiny_model):
+    rows = [{"question": f"What is 2 + {i}?", "answer": str(2 + i)} for i in range(4)]
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    (tmp_path / "flaky.py").write_text(FLAKY_REWARD)
+    run_dir = tmp_path / "run-eval"
+    arguments = [
+        "train", "--model", tiny_model, "--data", data, "--steps", "1", "--out", run_dir, "-q",
+        "--reward", f"{tmp_path / 'flaky.py'}:flaky", "--set", "data.holdout=0.5",
+        "--set", "trainer.eval.every=1", "--set", "trainer.eval.n=3",
+        "--set", "rollout.n=2", "--set", "rollout.max_turns=1",
+        "--set", "rollout.max_tokens_per_turn=4", "--set", "trainer.tasks_per_step=1",
+        "--set", "trainer.telemetry.sinks=[jsonl]",
+    ]  # fmt: skip
+    result = CliRunner().invoke(build_app(), [str(a) for a in arguments])
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    evals = [line for line in lines if "eval/reward_mean" in line]
+    assert evals, lines
+    for line in evals:  # sample 0 of each held-out task raised: 2 tasks, 2 chains left out
+        assert line["eval/infra_failures"] == 2.0
+        # the others score their sample index (1 and 2): the mean of 1.5, not (0 + 1 + 2) / 3
+        assert line["eval/reward_mean"] == 1.5
