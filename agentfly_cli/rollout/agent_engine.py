@@ -102,34 +102,39 @@ class AgentEngine:
         greedy: bool = False,
     ) -> list[Trajectory]:
         """``n`` (default ``rollout.n``) episodes per task; their segments, by task, then by
-        episode. ``on_finish`` gets each segment as its episode ends. ``greedy`` (a greedy
-        episode per task) is not supported: an agent program sends its own requests."""
+        episode. ``on_finish`` gets each segment as its episode ends. ``greedy``: one more
+        episode per task, sample ``n``, whose every request the gateway samples at
+        temperature 0 whatever the program asks (ReMax's baseline; ``meta["greedy"]``)."""
         from agentfly_cli.serve.app import build_app
         from agentfly_cli.serve.server import serving_in_loop
-
-        if greedy:
-            raise UserError(
-                "a greedy rollout per task (advantage remax) needs the recipe's turn loop; "
-                "agent programs (--agent) cannot give one yet: pick e.g. grpo or rloo"
-            )
 
         n = self.settings.n if n is None else n
         async with serving_in_loop(build_app(self.gateway, access=self._access)) as url:
             episodes = [
-                self._episode(url, tasks[i], i + task_offset, s, batch_id, on_finish)
+                self._episode(url, tasks[i], i + task_offset, s, batch_id, on_finish, s == n)
                 for i in range(len(tasks))
-                for s in range(n)
+                for s in range(n + greedy)
             ]
             results = await asyncio.gather(*episodes)
         return [t for segments in results for t in segments]
 
     async def _episode(
-        self, url: str, task: Mapping[str, Any], index: int, sample: int, batch_id: str, on_finish
+        self,
+        url: str,
+        task: Mapping[str, Any],
+        index: int,
+        sample: int,
+        batch_id: str,
+        on_finish,
+        greedy: bool = False,
     ) -> list[Trajectory]:
         session = f"{batch_id}-{index}-{sample}-{secrets.token_urlsafe(16)}"  # unguessable
         task_id = task.get("id") if isinstance(task, Mapping) else None
         self.gateway.open_episode(  # the only sessions this gateway serves
-            session, task_index=index, task_id=None if task_id is None else str(task_id)
+            session,
+            task_index=index,
+            task_id=None if task_id is None else str(task_id),
+            greedy=greedy,
         )
         result: Plain = None
         error: str | None = None
@@ -151,6 +156,8 @@ class AgentEngine:
             trajectory.task_index, trajectory.sample_index = index, sample
             trajectory.task = dict(task)
             trajectory.meta.update(self.meta, segment=k, segments=len(segments))
+            if greedy:
+                trajectory.meta["greedy"] = True
             trajectory.finish_reason = "abort" if error else "answer"
             trajectory.error = error
             trajectory.reward, trajectory.prediction = reward, prediction

@@ -203,7 +203,9 @@ class Match:
 @dataclass
 class Episode:
     """One session: its segments, its reward, its group; ``task_index`` and ``task_id``: the
-    task an agent engine's episode plays (None for a plain ``agentfly serve`` session)."""
+    task an agent engine's episode plays (None for a plain ``agentfly serve`` session);
+    ``greedy``: every request of it samples at temperature 0, whatever it asks (ReMax's
+    baseline episode)."""
 
     id: str
     group_id: str = ""
@@ -214,6 +216,7 @@ class Episode:
     requests: int = 0
     busy: int = 0  # requests under way (a busy session never goes idle)
     last_used: float = 0.0  # time.monotonic() of its last request
+    greedy: bool = False
 
     def request_context(self, choice: int = 0) -> RequestContext:
         """What a backend learns of the episode's next request (choice ``choice`` of it): its

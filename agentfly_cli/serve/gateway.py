@@ -107,12 +107,18 @@ class Gateway:
         return self.sessions.get(session)
 
     def open_episode(
-        self, session: str, *, task_index: int | None = None, task_id: str | None = None
+        self,
+        session: str,
+        *,
+        task_index: int | None = None,
+        task_id: str | None = None,
+        greedy: bool = False,
     ) -> Episode:
         """Open ``session`` (the agent engine's, before its agent runs) for the task of index
         ``task_index`` and id ``task_id`` (the row's ``"id"``): its requests reach the backend
-        as that task's (the scripted backend replays that task's line)."""
-        return self.sessions.open(session, task_index=task_index, task_id=task_id)
+        as that task's (the scripted backend replays that task's line). ``greedy``: its
+        requests sample at temperature 0 (ReMax's baseline episode), whatever they ask."""
+        return self.sessions.open(session, task_index=task_index, task_id=task_id, greedy=greedy)
 
     def close_episode(
         self, session: str, reward: float | None = None, *, checked: bool = False, why: str = ""
@@ -212,6 +218,9 @@ class Gateway:
             episode = Episode(anonymous, group_id=anonymous)
         else:
             episode = self.episode(session)
+            if episode.greedy:  # ReMax's baseline: the policy's mode, not a sample of it
+                greedy = dataclasses.replace(sampling.params, temperature=0.0, top_p=1.0, top_k=0)
+                sampling = dataclasses.replace(sampling, params=greedy)
         episode.busy += 1
         try:
             match = episode.match(messages)  # on the loop: the segment as it is now

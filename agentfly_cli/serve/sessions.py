@@ -54,10 +54,16 @@ class Sessions:
                                  "were given")  # fmt: skip
 
     def open(
-        self, session: str, *, task_index: int | None = None, task_id: str | None = None
+        self,
+        session: str,
+        *,
+        task_index: int | None = None,
+        task_id: str | None = None,
+        greedy: bool = False,
     ) -> Episode:
         """Open ``session`` (refused beyond ``limits.max_sessions``), playing the task
-        ``task_index`` (of id ``task_id``) when an engine gives one."""
+        ``task_index`` (of id ``task_id``) when an engine gives one; ``greedy``: sampled at
+        temperature 0."""
         check_session_id(session)
         bound = self.limits.max_sessions
         if bound is not None and len(self.episodes) >= bound:
@@ -67,7 +73,9 @@ class Sessions:
                     f"{len(self.episodes)} sessions are open, the most this gateway keeps "
                     "(agentfly serve --max-sessions); end some with /sessions/ID/end"
                 )
-        episode = Episode(session, group_id=session, task_index=task_index, task_id=task_id)
+        episode = Episode(
+            session, group_id=session, task_index=task_index, task_id=task_id, greedy=greedy
+        )
         self.episodes[session] = episode
         episode.last_used = time.monotonic()
         return episode

@@ -40,17 +40,6 @@ def check_world_size(settings: Any, world: int) -> None:
         )
 
 
-def check_greedy(advantage_fn: Any, algo: Any, config: Any) -> None:
-    """An estimator with a greedy baseline (remax) needs the recipe's turn loop, which rolls
-    the extra greedy chain out; an agent program's episodes cannot be made greedy yet."""
-    if advantage_fn.needs_greedy and config.agent is not None:
-        raise UserError(
-            f"trainer.algorithm.advantage {algo.advantage} needs a greedy rollout of each "
-            "task, which agent programs (--agent) cannot give yet; pick an estimator without "
-            "one, e.g. grpo or rloo"
-        )
-
-
 def check_agent(config: Any) -> None:
     """An agent program trains sampled with the rollout's settings (the trainer's
     log-probabilities use ``rollout.temperature``)."""

@@ -27,7 +27,6 @@ from agentfly_cli.train.checkpoint import CheckpointManager
 from agentfly_cli.train.plan import RunPlan, plan_run
 from agentfly_cli.train.run_checks import (
     check_agent,
-    check_greedy,
     check_group_size,
     check_reward,
     check_world_size,
@@ -120,7 +119,6 @@ class Trainer:
         check_group_size(self.advantage_fn, self.algo, self.config.rollout.n)
         check_reward(self.config, self.components["reward"])
         check_agent(self.config)
-        check_greedy(self.advantage_fn, self.algo, self.config)
 
         if self.host is None:
             from agentfly_cli.plugin_host.plugins import get_plugin_host

@@ -217,3 +217,19 @@ def test_training_steps_over_episodes_that_made_no_request(recipe, agents, tmp_p
     [line] = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert line["train/dropped_unusable"] == 3.0 and line["train/trajectories"] == 3.0
     assert line["grad_norm"] > 0
+
+
+def test_remax_rolls_one_greedy_episode_per_task_through_the_gateway(recipe, agents, tmp_path):  # noqa: F811
+    run_dir = tmp_path / "run"
+    result = cli(recipe, f"{agents}:chatty", "train", "--out", str(run_dir), "--quiet",
+                 "--steps", "1", "--set", "trainer.algorithm.advantage=remax")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    [line] = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    trajectories = read_trajectories(run_dir / "trajectories" / "step-000001.jsonl")
+    greedy = [t for t in trajectories if t.meta.get("greedy")]
+    assert len(trajectories) == 2 * 4 and len(greedy) == 2  # 3 sampled + 1 greedy per task
+    assert {t.sample_index for t in greedy} == {3}
+    assert {t.group_id for t in greedy} == {t.group_id for t in trajectories}
+    assert line["train/trajectories"] == 6.0  # the greedy episodes are the baseline only
+    assert line["reward/greedy_mean"] == pytest.approx(sum(t.reward for t in greedy) / 2)
+    assert line["adv/missing_baseline"] == 0.0

@@ -5,14 +5,11 @@ and trains the samples on ``reward - greedy reward``; sync and async alike."""
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 
 import pytest
 import torch
 
-from agentfly_cli.errors import UserError
 from agentfly_cli.recipes.loader import load_config
-from agentfly_cli.train.run_checks import check_greedy
 from agentfly_cli.train.trainer import Trainer
 from agentfly_cli.trajectory import read_trajectories
 
@@ -84,12 +81,3 @@ def test_remax_trains_the_samples_on_their_reward_minus_the_greedy_one(config, t
     )
     assert last["adv/missing_baseline"] == 0.0
     assert any(abs(float(a)) > 0 for a in expected) and last["grad_norm"] > 0
-
-
-def test_a_greedy_baseline_needs_the_recipes_turn_loop():
-    needs = SimpleNamespace(needs_greedy=True)
-    algo = SimpleNamespace(advantage="remax")
-    with pytest.raises(UserError, match="needs a greedy rollout of each task.*--agent"):
-        check_greedy(needs, algo, SimpleNamespace(agent=object()))
-    check_greedy(needs, algo, SimpleNamespace(agent=None))
-    check_greedy(SimpleNamespace(needs_greedy=False), algo, SimpleNamespace(agent=object()))
