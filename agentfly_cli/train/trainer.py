@@ -133,6 +133,13 @@ class Trainer:
         )
         resolved = resolve_run(self.config, self.host, **data.as_given(), **self.components)
         self.model_path = resolved.model_path
+        teacher = None  # on-policy distillation: its tokenizer is checked before weights load
+        if settings.distill.enabled:
+            from agentfly_cli.train.teacher import check_teacher
+
+            loader = resolved.backend_config.tokenizer_loader
+            spec, student = settings.distill.teacher, str(self.config.model)
+            teacher = check_teacher(spec, resolved.chat.tokenizer, student, loader)
         self.train = build_train_backend(self.model_path, backend_settings, self.host)
         check_world_size(settings, self.train.world_size)
         # async with lookahead: rollouts go on while the update changes the weights, so the
@@ -163,6 +170,11 @@ class Trainer:
             from agentfly_cli.train_backends.base import load_reference_model
 
             self.reference = load_reference_model(self.model_path, self.train)
+        self.teacher = None  # loaded like the reference model (its dtype, device, frozen)
+        if teacher is not None:
+            from agentfly_cli.train.teacher import load_teacher
+
+            self.teacher = load_teacher(teacher, self.train)
         self.update = PolicyUpdate(
             self.config,
             self.train,
@@ -174,6 +186,7 @@ class Trainer:
             advantage_fn=self.advantage_fn,
             policy_loss_fn=self.policy_loss_fn,
             progress=self.progress,
+            teacher=self.teacher,
         )
         self.checkpoints = CheckpointManager(self.run_dir, keep=settings.keep_checkpoints)
         self.start_step = 0
