@@ -99,7 +99,10 @@ class Trainer:
         self.advantage_fn = alg.get_advantage_estimator(self.algo.advantage, host)
         self.policy_loss_fn = alg.get_policy_loss(self.algo.policy_loss, host)
         self.signal_watch = FlatRewardWatch(
-            self.algo.advantage, self.run_dir, group_relative=self.advantage_fn.group_relative
+            self.algo.advantage,
+            self.run_dir,
+            # a teacher's term trains on flat rewards too
+            group_relative=self.advantage_fn.group_relative and not self.settings.distill.enabled,
         )
         self.infra_watch = InfraFailureWatch(self.algo.exclude_infra_failures)
         self.progress = StepProgress()  # the phase of the running step, for the live display

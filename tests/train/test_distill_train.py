@@ -5,6 +5,7 @@ program's gateway-captured segments are distilled like the recipe's chains."""
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 from types import SimpleNamespace
@@ -139,3 +140,17 @@ def test_only_ignores_the_rewards_and_add_does_not(recipe, teacher, tmp_path):  
         assert torch.equal(tensor, w_only_letters[name]), name
     moved = [n for n, t in w_add_digits.items() if not torch.equal(t, w_only_digits[n])]
     assert moved, "add trained as only does: the task's advantages were dropped"
+
+
+def test_flat_rewards_do_not_warn_that_a_distilled_run_learns_nothing(recipe, teacher, tmp_path):  # noqa: F811
+    zero = tmp_path / "zero_reward.py"
+    zero.write_text("def zero(prediction, **fields):\n    return 0.0\n")
+    fields = {**recipe["fields"], "reward": f"{zero}:zero"}
+    sets = [*recipe["sets"], *ON_CPU, "trainer.steps=3", f"trainer.distill.teacher={teacher}"]
+    console = io.StringIO()
+    run = Trainer(load_config("calculator", sets, **fields), run_dir=tmp_path / "run",
+                  console_file=console)  # fmt: skip
+    history = run.fit().history
+    assert [h["reward/groups_with_spread"] for h in history] == [0.0] * 3  # flat, as in the test
+    assert all(h["grad_norm"] > 0 for h in history)  # that learns nothing without a teacher
+    assert "steps in a row gave all chains" not in console.getvalue()
