@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agentfly_cli.settings.algorithm import AlgorithmSettings
+from agentfly_cli.settings.distill import DistillSettings
 from agentfly_cli.settings.train_backend import TrainBackendSettings
 
 
@@ -220,6 +221,7 @@ class TrainerSettings(OptimizationSettings):
         True, description="write each step's trajectories to RUN_DIR/trajectories/ (agentfly view)"
     )
     algorithm: AlgorithmSettings = Field(default_factory=AlgorithmSettings)
+    distill: DistillSettings = Field(default_factory=DistillSettings)
     eval: EvalSettings = Field(default_factory=EvalSettings)
     warm_start: WarmStartSettings = Field(default_factory=WarmStartSettings)
     curriculum: CurriculumSettings = Field(default_factory=CurriculumSettings)

@@ -98,7 +98,10 @@ class Trainer:
         self.advantage_fn = alg.get_advantage_estimator(self.algo.advantage, host)
         self.policy_loss_fn = alg.get_policy_loss(self.algo.policy_loss, host)
         self.signal_watch = FlatRewardWatch(
-            self.algo.advantage, self.run_dir, group_relative=self.advantage_fn.group_relative
+            self.algo.advantage,
+            self.run_dir,
+            # a teacher's term trains on flat rewards too
+            group_relative=self.advantage_fn.group_relative and not self.settings.distill.enabled,
         )
         self.infra_watch = InfraFailureWatch(self.algo.exclude_infra_failures)
         self.progress = StepProgress()  # the phase of the running step, for the live display
@@ -131,6 +134,13 @@ class Trainer:
         )
         resolved = resolve_run(self.config, self.host, **data.as_given(), **self.components)
         self.model_path = resolved.model_path
+        teacher = None  # on-policy distillation: its tokenizer is checked before weights load
+        if settings.distill.enabled:
+            from agentfly_cli.train.teacher import check_teacher
+
+            loader = resolved.backend_config.tokenizer_loader
+            spec, student = settings.distill.teacher, str(self.config.model)
+            teacher = check_teacher(spec, resolved.chat.tokenizer, student, loader)
         self.train = build_train_backend(self.model_path, backend_settings, self.host)
         check_world_size(settings, self.train.world_size)
         # async with lookahead: rollouts go on while the update changes the weights, so the
@@ -161,6 +171,11 @@ class Trainer:
             from agentfly_cli.train_backends.base import load_reference_model
 
             self.reference = load_reference_model(self.model_path, self.train)
+        self.teacher = None  # loaded like the reference model (its dtype, device, frozen)
+        if teacher is not None:
+            from agentfly_cli.train.teacher import load_teacher
+
+            self.teacher = load_teacher(teacher, self.train)
         self.update = PolicyUpdate(
             self.config,
             self.train,
@@ -172,6 +187,7 @@ class Trainer:
             advantage_fn=self.advantage_fn,
             policy_loss_fn=self.policy_loss_fn,
             progress=self.progress,
+            teacher=self.teacher,
         )
         self.checkpoints = CheckpointManager(self.run_dir, keep=settings.keep_checkpoints)
         self.start_step = 0

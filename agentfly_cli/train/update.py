@@ -92,6 +92,17 @@ def fill_advantages(
     metrics.update(out.metrics)
 
 
+def add_distill_term(batch: StepBatch, metrics: dict[str, float], settings: Any) -> None:
+    """On-policy distillation (``trainer.distill``): the teacher's per-token reverse KL to the
+    student (its old-policy logprobs) into ``batch.advantages`` (algorithms/distill.py)."""
+    from agentfly_cli.algorithms.distill import distill_advantages
+
+    batch.advantages, found = distill_advantages(
+        batch.advantages, batch.teacher_logprobs, batch.old_logprobs, batch.mask, settings
+    )
+    metrics.update(found)
+
+
 def masks_importance_sampling(algo: Any) -> bool:
     """Masked importance sampling is on: tokens whose trainer / sampler probability ratio
     lies outside [1 / tis_cap, tis_cap] leave the loss."""
@@ -115,6 +126,36 @@ def reject_tokens(batch: StepBatch, algo: Any, metrics: dict[str, float]) -> Non
     metrics["tis/accepted_frac"] = float(batch.loss_mask.sum()) / max(trained, 1.0)
 
 
+def truncated_importance_sampling(
+    per_token: torch.Tensor,
+    old: torch.Tensor,
+    sampler: torch.Tensor,
+    mask: torch.Tensor,
+    sampled: torch.Tensor,
+    algo: Any,
+    tally: Tally,
+) -> torch.Tensor:
+    """The per-token loss weighted by the capped trainer / sampler ratios (``tis_mode:
+    truncate``; ``mask``: as it is, the rejected tokens being off ``mask`` already), and the
+    ratios' statistics (``tis/...``) in ``tally``."""
+    from agentfly_cli.algorithms import losses
+
+    n_sampled = int(sampled.sum().item())
+    if algo.tis_mode == "mask":
+        weights = mask  # the rejected tokens are already off the loss mask
+    else:
+        weights = losses.tis_weights(old, sampler, mask, algo.tis_cap)
+        per_token = per_token * weights
+    mean_weight = float((weights * sampled).sum()) / max(n_sampled, 1)
+    tally.add("tis/weight_mean", mean_weight, n_sampled)
+    for name, value in losses.importance_ratio_stats(old, sampler, sampled, algo.tis_cap).items():
+        if name in ("ratio_max", "ratio_min"):
+            tally.extreme(f"tis/{name}", value, high=name == "ratio_max")
+        else:
+            tally.add(f"tis/{name}", value, n_sampled)
+    return per_token
+
+
 class PolicyUpdate:
     """Old/reference logprobs, advantages and the optimizer steps of one training step."""
 
@@ -131,6 +172,7 @@ class PolicyUpdate:
         advantage_fn: Any,
         policy_loss_fn: Any,
         progress: StepProgress | None = None,
+        teacher: Any = None,
     ) -> None:
         self.config = config
         self.settings = config.trainer
@@ -138,6 +180,7 @@ class PolicyUpdate:
         self.train = train
         self.eot_token_id = eot_token_id
         self.reference = reference
+        self.teacher = teacher  # on-policy distillation (trainer.distill)
         self.share_prefix = share_prefix
         self.chunk = chunk
         self.temperature = temperature
@@ -179,6 +222,8 @@ class PolicyUpdate:
         batch.baselines = greedy_baselines(batch, greedy)
         self._reference_pass(batch)
         fill_advantages(batch, metrics, self.advantage_fn, self.algo, self.reference is not None)
+        if self.teacher is not None:
+            add_distill_term(batch, metrics, self.settings.distill)
         reject_tokens(batch, self.algo, metrics)
         return batch
 
@@ -190,6 +235,7 @@ class PolicyUpdate:
             or (algo.kl_coef > 0 and algo.kl_in_reward)
             # masked IS: the accepted tokens, and so the loss's normalisers, before any pass
             or masks_importance_sampling(algo)
+            or self.teacher is not None  # the student's logprobs of the distillation term
         )
 
     def _plans(self, batch: StepBatch | None, indices) -> list[MicroBatch | None]:
@@ -237,10 +283,12 @@ class PolicyUpdate:
 
     @torch.no_grad()
     def _reference_pass(self, batch: StepBatch | None) -> None:
-        """Old-policy logprobs and values, and reference logprobs, where the algorithm needs
-        them, in no-grad forward passes over the whole batch."""
+        """Old-policy logprobs and values, and the frozen models' (reference, teacher)
+        logprobs, where the algorithm needs them, in no-grad forward passes over the batch."""
         need_old = self._needs_old_pass()
-        if not need_old and self.reference is None:
+        frozen = {"ref_logprobs": self.reference, "teacher_logprobs": self.teacher}
+        frozen = {name: model for name, model in frozen.items() if model is not None}
+        if not need_old and not frozen:
             return
         self.train.model.eval()
         plans = self._plans(batch, range(len(batch.rows)) if batch is not None else [])
@@ -255,7 +303,7 @@ class PolicyUpdate:
             return
         width = batch.mask.shape[1]
         old = torch.zeros_like(batch.mask)
-        ref = torch.zeros_like(batch.mask)
+        scored = {name: torch.zeros_like(batch.mask) for name in frozen}
         values = torch.zeros_like(batch.mask)
         for plan in plans:
             if plan is None:
@@ -271,19 +319,19 @@ class PolicyUpdate:
                 if self.critic is not None:
                     v = self.critic(stats.hidden).cpu()
                     values[index] = scatter_rows(v, sub, width)
-            if self.reference is not None:
+            for name, model in frozen.items():  # the sampler's temperature, as the policy's
                 stats = sequence_logprobs(
-                    self.reference, plan.batch, chunk_size=self.chunk, temperature=self.temperature
+                    model, plan.batch, chunk_size=self.chunk, temperature=self.temperature
                 )
-                ref[index] = scatter_rows(stats.logprobs.cpu(), sub, width)
+                scored[name][index] = scatter_rows(stats.logprobs.cpu(), sub, width)
             progress.advance(tokens=plan.batch.num_real_tokens)
         progress.end()
         if need_old:
             batch.old_logprobs = old
         if self.critic is not None:
             batch.old_values = values
-        if self.reference is not None:
-            batch.ref_logprobs = ref
+        for name, logprobs in scored.items():
+            setattr(batch, name, logprobs)
 
     # ---- the update --------------------------------------------------------------------------
     def optimize(self, step: int, batch: StepBatch | None) -> dict[str, float]:
@@ -382,21 +430,9 @@ class PolicyUpdate:
         )
         if algo.tis_cap is not None and batch.has_sampler_logprobs:
             sampler = rows_of(batch.sampler_logprobs)
-            n_sampled = int(sampled.sum().item())
-            if algo.tis_mode == "mask":
-                weights = mask  # the rejected tokens are already off the loss mask
-            else:
-                weights = losses.tis_weights(old, sampler, mask, algo.tis_cap)
-                per_token = per_token * weights
-            mean_weight = float((weights * sampled).sum()) / max(n_sampled, 1)
-            tally.add("tis/weight_mean", mean_weight, n_sampled)
-            for name, value in losses.importance_ratio_stats(
-                old, sampler, sampled, algo.tis_cap
-            ).items():
-                if name in ("ratio_max", "ratio_min"):
-                    tally.extreme(f"tis/{name}", value, high=name == "ratio_max")
-                else:
-                    tally.add(f"tis/{name}", value, n_sampled)
+            per_token = truncated_importance_sampling(
+                per_token, old, sampler, mask, sampled, algo, tally
+            )
 
         def aggregate(values: torch.Tensor) -> torch.Tensor:
             return losses.aggregate_loss(

@@ -34,6 +34,7 @@ class StepBatch:
     has_sampler_logprobs: bool
     old_logprobs: torch.Tensor | None = None
     ref_logprobs: torch.Tensor | None = None
+    teacher_logprobs: torch.Tensor | None = None  # on-policy distillation's teacher
     old_values: torch.Tensor | None = None
     advantages: torch.Tensor | None = None
     returns: torch.Tensor | None = None
