@@ -57,6 +57,15 @@ class Sampling:
     usage: str = ""  # streamed usage: "" none, "last" a final chunk, "each" every chunk too
 
 
+def greedy_if(episode: Episode, sampling: Sampling) -> Sampling:
+    """``sampling`` at temperature 0 (top_p 1, no top_k) for a greedy episode, ReMax's
+    baseline: the policy's mode, not a sample of it; else ``sampling`` as it is."""
+    if not episode.greedy:
+        return sampling
+    params = dataclasses.replace(sampling.params, temperature=0.0, top_p=1.0, top_k=0)
+    return dataclasses.replace(sampling, params=params)
+
+
 class Gateway:
     """Chat completions for one model, each recorded in its session's :class:`Episode`."""
 
@@ -106,19 +115,12 @@ class Gateway:
         """The session's episode, opened on first use where sessions open on request."""
         return self.sessions.get(session)
 
-    def open_episode(
-        self,
-        session: str,
-        *,
-        task_index: int | None = None,
-        task_id: str | None = None,
-        greedy: bool = False,
-    ) -> Episode:
+    def open_episode(self, session: str, **task: Any) -> Episode:
         """Open ``session`` (the agent engine's, before its agent runs) for the task of index
         ``task_index`` and id ``task_id`` (the row's ``"id"``): its requests reach the backend
-        as that task's (the scripted backend replays that task's line). ``greedy``: its
+        as that task's (the scripted backend replays that task's line). ``greedy=True``: its
         requests sample at temperature 0 (ReMax's baseline episode), whatever they ask."""
-        return self.sessions.open(session, task_index=task_index, task_id=task_id, greedy=greedy)
+        return self.sessions.open(session, **task)
 
     def close_episode(
         self, session: str, reward: float | None = None, *, checked: bool = False, why: str = ""
@@ -218,9 +220,7 @@ class Gateway:
             episode = Episode(anonymous, group_id=anonymous)
         else:
             episode = self.episode(session)
-            if episode.greedy:  # ReMax's baseline: the policy's mode, not a sample of it
-                greedy = dataclasses.replace(sampling.params, temperature=0.0, top_p=1.0, top_k=0)
-                sampling = dataclasses.replace(sampling, params=greedy)
+            sampling = greedy_if(episode, sampling)
         episode.busy += 1
         try:
             match = episode.match(messages)  # on the loop: the segment as it is now
