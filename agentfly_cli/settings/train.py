@@ -200,17 +200,24 @@ class SyncCheckSettings(BaseModel):
         "model, which is the policy itself, and for a backend that cannot score prompts",
     )
     threshold: float = Field(
-        0.1,
+        0.02,
         gt=0,
         allow_inf_nan=False,
-        description="stop the run when the mean |logprob gap| per probe token is above this "
-        "(measured: bf16 vs fp32 about 0.002-0.03, one corrupted weight 0.4 and up)",
+        description="stop the run when the mean |logprob gap| per probe token after a push is "
+        "above this and above baseline_factor times the gap measured before training",
+    )
+    baseline_factor: float = Field(
+        3.0,
+        gt=1,
+        allow_inf_nan=False,
+        description="how many times the benign gap before training (a bf16 backend beside a "
+        "fp32 trainer: 0.001 on the tiny model, 0.06 on SmolLM2) a push may show",
     )
     probe_sequences: int = Field(
-        2, ge=1, description="how many of the first step's chains make the probe"
+        2, ge=1, description="how many short conversations (chat template) make the probe"
     )
     probe_tokens: int = Field(
-        64, ge=2, description="the first tokens of each probe chain that are scored"
+        64, ge=2, description="the first tokens of each probe conversation that are scored"
     )
     drift_factor: float = Field(
         5.0,

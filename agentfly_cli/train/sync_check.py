@@ -1,6 +1,8 @@
-"""The weight-sync tripwire: after each push, the rollout backend and the trainer score one
-fixed probe (the first tokens of the first step's first chains); a mean gap over
-``trainer.sync_check.threshold`` stops the run with one line.
+"""The weight-sync tripwire: the rollout backend and the trainer score one fixed probe (short
+conversations rendered with the chat template) once before training, which measures their
+benign gap (dtype, kernels), and again after each push; a gap over the limit stops the run
+with one line. The limit is ``threshold``, or ``baseline_factor`` times the benign gap where
+that is larger.
 
 Skipped, with one note, where it cannot work: a backend that cannot score prompts (an
 OpenAI-compatible server), several ranks. Skipped without a note for a shared model (the
@@ -15,15 +17,37 @@ from typing import Any
 from agentfly_cli.errors import UserError
 from agentfly_cli.settings.train import SyncCheckSettings
 
+#: what the probe says: a tool-use exchange and a plain one
+PROBE_CONVERSATIONS = (
+    [
+        {"role": "user", "content": "What is 17 + 25? Use the calculator if you need it."},
+        {"role": "assistant", "content": "17 + 25 = 42, so the answer is 42."},
+    ],
+    [
+        {"role": "user", "content": "Name a prime number larger than ten, and say why."},
+        {"role": "assistant", "content": "13 is prime: no number but 1 and 13 divides it."},
+    ],
+)
+
 
 class WeightSyncMismatch(UserError):
     """The rollout backend's logprobs on the probe left the trainer's after a push."""
 
 
-def probe_of(trajectories: list[Any], sequences: int, tokens: int) -> list[list[int]]:
-    """The first ``tokens`` ids of the first ``sequences`` chains with at least two ids."""
-    probe = [list(t.ids[:tokens]) for t in trajectories if len(t.ids) >= 2]
-    return probe[:sequences]
+def render_probe(chat: Any, sequences: int, tokens: int) -> list[list[int]]:
+    """The first ``tokens`` ids of ``sequences`` probe conversations in ``chat``'s template
+    (plain text where the template cannot render them)."""
+    probe = []
+    for i in range(sequences):
+        messages = PROBE_CONVERSATIONS[i % len(PROBE_CONVERSATIONS)]
+        try:
+            text = chat.render_text(messages)
+        except UserError:
+            text = " ".join(m["content"] for m in messages)
+        ids = chat.encode_text(text * (1 + i // len(PROBE_CONVERSATIONS)))[:tokens]
+        if len(ids) >= 2:
+            probe.append(ids)
+    return probe
 
 
 def probe_gap(ours: list[list[float]], theirs: list[list[float]]) -> tuple[float, float]:
@@ -40,12 +64,13 @@ class SyncTripwire:
     """Compares the rollout backend with the trainer on a fixed probe after each push."""
 
     def __init__(
-        self, settings: SyncCheckSettings, train: Any, backend: Any, *, shared: bool
+        self, settings: SyncCheckSettings, train: Any, backend: Any, chat: Any, *, shared: bool
     ) -> None:
         self.settings, self.train, self.backend = settings, train, backend
-        self.probe: list[list[int]] | None = None
+        self.probe = render_probe(chat, settings.probe_sequences, settings.probe_tokens)
+        self.baseline: float | None = None  # the benign gap, before any push
         self.notes: list[str] = []
-        self.active = settings.enabled and not shared
+        self.active = settings.enabled and not shared and bool(self.probe)
         if self.active and not getattr(backend, "scores_prompts", False):
             self._skip("it cannot score prompts (prompt logprobs)")
         elif self.active and train.world_size > 1:
@@ -67,35 +92,52 @@ class SyncTripwire:
         notes, self.notes = self.notes, []
         return notes
 
-    def observe(self, trajectories: list[Any]) -> None:
-        """Fix the probe from the first step's chains that have ids."""
-        if self.active and not self.probe:
-            s = self.settings
-            self.probe = probe_of(trajectories, s.probe_sequences, s.probe_tokens) or None
+    @property
+    def limit(self) -> float:
+        """The gap that stops the run: the threshold, or a multiple of the benign gap."""
+        return max(self.settings.threshold, self.settings.baseline_factor * (self.baseline or 0))
+
+    async def start(self) -> None:
+        """Measure the benign gap while both sides hold the same weights (before training, or
+        right after a resumed run's first push)."""
+        if self.active and self.baseline is None:
+            gap = await self._gap()
+            if gap is not None:
+                self.baseline = gap[0]
 
     async def check(self, version: int) -> dict[str, float]:
-        """Score the probe on both sides; the gap as metrics, or one error over the threshold."""
-        if not self.active or not self.probe:
+        """Score the probe on both sides; the gap as metrics, or one error over the limit.
+        The first check of a run without a baseline takes it (:meth:`start`)."""
+        if not self.active:
             return {}
+        if self.baseline is None:
+            await self.start()
+            return {"sync/probe_gap_mean": self.baseline or 0.0} if self.active else {}
+        gap = await self._gap()
+        if gap is None:
+            return {}
+        mean, worst = gap
+        if mean > self.limit:
+            tokens = sum(len(row) - 1 for row in self.probe)
+            raise WeightSyncMismatch(
+                f"weight sync check failed after push {version}: the {self.backend_name} "
+                f"backend's logprobs on the {tokens}-token probe differ from the trainer's by "
+                f"{mean:.4g} per token on average (max {worst:.4g}; limit {self.limit:.4g}, "
+                f"before training {self.baseline:.4g}); likely causes: a dtype mismatch, a "
+                "stale KV / prefix cache, or a push that failed or went to the wrong weight "
+                "names; fix the backend, or raise trainer.sync_check.threshold "
+                "(trainer.sync_check.enabled=false turns the check off)"
+            )
+        return {"sync/probe_gap_mean": mean, "sync/probe_gap_max": worst}
+
+    async def _gap(self) -> tuple[float, float] | None:
         try:
             theirs = await self.backend.prompt_logprobs(self.probe)
         except NotImplementedError:
             self._skip("it cannot score prompts (prompt logprobs)")
-            return {}
+            return None
         ours = await asyncio.to_thread(self._trainer_scores)
-        mean, worst = probe_gap(ours, theirs)
-        threshold = self.settings.threshold
-        if mean > threshold:
-            tokens = sum(len(row) for row in ours)
-            raise WeightSyncMismatch(
-                f"weight sync check failed after push {version}: the {self.backend_name} "
-                f"backend's logprobs on the {tokens}-token probe differ from the trainer's by "
-                f"{mean:.4g} per token on average (max {worst:.4g}; threshold {threshold:g}); "
-                "likely causes: a dtype mismatch, a stale KV / prefix cache, or a push that "
-                "failed or went to the wrong weight names; fix the backend, or raise "
-                "trainer.sync_check.threshold (trainer.sync_check.enabled=false turns it off)"
-            )
-        return {"sync/probe_gap_mean": mean, "sync/probe_gap_max": worst}
+        return probe_gap(ours, theirs)
 
     def _trainer_scores(self) -> list[list[float]]:
         """The trainer's logprobs on the probe (no grad, temperature 1, model in eval mode)."""

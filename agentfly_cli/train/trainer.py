@@ -148,7 +148,6 @@ class Trainer:
         self.rollout = assemble(resolved, backend)
         self.engine: Engine = self.rollout.engine
         self.sync = choose_weight_sync(self.train, backend, backend_settings, shared=shared)
-        self.sync_check = SyncTripwire(settings.sync_check, self.train, backend, shared=shared)
         self.chunk = settings.logprob_chunk or auto_chunk_size(split_model(self.train.model)[1])
         # logprobs of the distribution the rollouts were sampled from (logits / T)
         self.temperature = logprob_temperature(self.config.rollout.temperature)
@@ -157,6 +156,9 @@ class Trainer:
             # and a shared-prefix pass is one more body call than a plain one.
             self.share_prefix = False
         self.chat = self.engine.chat
+        self.sync_check = SyncTripwire(
+            settings.sync_check, self.train, backend, self.chat, shared=shared
+        )
         self.tasks = TaskPlan(
             self.rollout.tasks, settings, self.config.data, data.rows, RowRules.of(self.config)
         )
@@ -224,6 +226,7 @@ class Trainer:
             async with self.engine.backend, self.engine.envs:
                 if self.start_step:  # resumed weights reach the rollout backend
                     await self._sync_weights(self.start_step)
+                await self.sync_check.start()  # the benign gap, with the same weights
                 with telemetry:
                     if main:
                         for note in [*self.tasks.notes, *training_notes(self.chat)]:
@@ -307,7 +310,6 @@ class Trainer:
             batch = await run(self._prepare, trajectories, metrics)
             if batch is not None or distributed.active():
                 metrics.update(await run(self._optimize, step, batch))
-        self.sync_check.observe(trajectories)
         with timer.section("sync"):
             metrics.update(await self._sync_weights(step))
         if rollouts.late_metrics is not None:

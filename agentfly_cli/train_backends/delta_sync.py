@@ -53,6 +53,7 @@ class PushMeter:
         self._pending: dict[str, tuple] = {}
         self._counts = dict.fromkeys(("bytes_pushed", "bytes_skipped", "tensors", "skipped"), 0)
         self.last: dict[str, float] = {}
+        self.rate = 0.0  # bytes per second of the last push that moved any
 
     def filter(self, pairs: Iterable[tuple[str, Any]]) -> Iterator[tuple[str, Any]]:
         """The pairs to push (lazily: a tensor is read when its pair is asked for)."""
@@ -79,15 +80,17 @@ class PushMeter:
         seconds = time.perf_counter() - self._started
         counts = self._counts
         pushed = counts["bytes_pushed"]
-        rate = pushed / seconds if pushed and seconds > 0 else 0.0
+        if pushed and seconds > 0:
+            self.rate = pushed / seconds
         self.last = {
             "sync/bytes_pushed": float(pushed),
             "sync/bytes_skipped": float(counts["bytes_skipped"]),
             "sync/tensors_pushed": float(counts["tensors"]),
             "sync/tensors_skipped": float(counts["skipped"]),
             "sync/seconds": seconds,
-            # what the skipped bytes would have cost at this push's own bandwidth
-            "sync/seconds_saved_est": counts["bytes_skipped"] / rate if rate else 0.0,
+            # what the skipped bytes would have cost at the bandwidth of this push (or of the
+            # last one that moved any)
+            "sync/seconds_saved_est": counts["bytes_skipped"] / self.rate if self.rate else 0.0,
         }
 
     def discard(self) -> None:
