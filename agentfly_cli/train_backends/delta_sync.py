@@ -55,12 +55,13 @@ class PushMeter:
         self.last: dict[str, float] = {}
         self.rate = 0.0  # bytes per second of the last push that moved any
 
-    def filter(self, pairs: Iterable[tuple[str, Any]]) -> Iterator[tuple[str, Any]]:
-        """The pairs to push (lazily: a tensor is read when its pair is asked for)."""
+    def filter(self, pairs: Iterable[tuple[str, Any]] | Any) -> Iterator[tuple[str, Any]]:
+        """The pairs (or a state dict's items) to push, lazily: a tensor is read when its
+        pair is asked for."""
         self._pending = {}
         self._counts = dict.fromkeys(self._counts, 0)
         self._started = time.perf_counter()
-        for name, tensor in pairs:
+        for name, tensor in pairs.items() if hasattr(pairs, "items") else pairs:
             size = tensor.numel() * tensor.element_size()
             if self.delta:
                 mark = checksum(tensor)
