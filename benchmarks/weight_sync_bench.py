@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import statistics
 import time
 
 import torch
@@ -116,6 +117,42 @@ async def delta(path: str, steps: int) -> list[dict]:
     return rows
 
 
+def checksum_cost(path: str) -> dict:
+    """Seconds to checksum every weight once (what delta sync adds to a push)."""
+    from agentfly_cli.train_backends.delta_sync import checksum
+
+    train = build_train_backend(path, TrainBackendSettings(**CPU))
+    weights = list(train.sync_weights())
+    times = []
+    for _ in range(3):
+        started = time.perf_counter()
+        for _, tensor in weights:
+            checksum(tensor)
+        times.append(time.perf_counter() - started)
+    train.close()
+    total = sum(t.numel() * t.element_size() for _, t in weights)
+    return {"bytes": total, "seconds_min": min(times), "gb_per_s": total / min(times) / 1e9}
+
+
+def summary(rows: list[dict]) -> list[dict]:
+    """Per model and mode: the first push, and the median of the later ones."""
+    out = []
+    for kind in sorted({r["model"] for r in rows}):
+        for on in (False, True):
+            mine = [r for r in rows if r["model"] == kind and r["delta_sync"] == on]
+            later = mine[1:]
+            out.append(
+                {
+                    "model": kind,
+                    "delta_sync": on,
+                    "first_push_bytes": mine[0]["sync/bytes_pushed"],
+                    "later_push_bytes": statistics.median(r["sync/bytes_pushed"] for r in later),
+                    "later_push_s_median": statistics.median(r["sync/seconds"] for r in later),
+                }
+            )
+    return out
+
+
 def _layer_count(path: str) -> int:
     from transformers import AutoConfig
 
@@ -130,10 +167,13 @@ def main() -> None:
     args = parser.parse_args()
     path = str(resolve_model(args.model))
     chat = ChatTemplate.load(path)
+    pushes = asyncio.run(delta(path, args.steps))
     result = {
         "model": args.model,
         "gaps": asyncio.run(gaps(path, chat)),
-        "delta": asyncio.run(delta(path, args.steps)),
+        "delta_summary": summary(pushes),
+        "checksum": checksum_cost(path),
+        "delta": pushes,
     }
     text = json.dumps(result, indent=1)
     if args.out:
