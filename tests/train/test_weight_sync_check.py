@@ -69,7 +69,7 @@ def test_a_corrupted_rollout_weight_stops_the_run_at_that_push(config, tmp_path,
         pushes.append(self.policy_version)
         if len(pushes) == 2:  # the second push lands, then one matrix of it is lost
             with torch.no_grad():
-                self.model.model.layers[0].mlp.down_proj.weight.zero_()
+                self.model.model.layers[-1].self_attn.o_proj.weight.zero_()
 
     monkeypatch.setattr(HFBackend, "update_weights", corrupting)
     with pytest.raises(WeightSyncMismatch) as caught:
