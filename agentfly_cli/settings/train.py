@@ -227,10 +227,11 @@ class SyncCheckSettings(BaseModel):
         "median (and above drift_floor)",
     )
     drift_floor: float = Field(
-        0.01,
+        0.05,
         ge=0,
         allow_inf_nan=False,
-        description="sync/sampler_kl_mean below this never warns",
+        description="sync/sampler_kl_mean below this never warns (a bf16 sampler beside a fp32 "
+        "trainer: 0.001-0.02 on SmolLM2)",
     )
 
 

@@ -128,7 +128,11 @@ class SyncTripwire:
                 "names; fix the backend, or raise trainer.sync_check.threshold "
                 "(trainer.sync_check.enabled=false turns the check off)"
             )
-        return {"sync/probe_gap_mean": mean, "sync/probe_gap_max": worst}
+        return {
+            "sync/probe_gap_mean": mean,
+            "sync/probe_gap_max": worst,
+            "sync/probe_gap_before": self.baseline,
+        }
 
     async def _gap(self) -> tuple[float, float] | None:
         try:

@@ -54,14 +54,18 @@ class PushMeter:
         self._counts = dict.fromkeys(("bytes_pushed", "bytes_skipped", "tensors", "skipped"), 0)
         self.last: dict[str, float] = {}
         self.rate = 0.0  # bytes per second of the last push that moved any
+        self._started = time.perf_counter()
 
     def filter(self, pairs: Iterable[tuple[str, Any]] | Any) -> Iterator[tuple[str, Any]]:
         """The pairs (or a state dict's items) to push, lazily: a tensor is read when its
-        pair is asked for."""
+        pair is asked for. Starts this push's count and clock."""
         self._pending = {}
         self._counts = dict.fromkeys(self._counts, 0)
         self._started = time.perf_counter()
-        for name, tensor in pairs.items() if hasattr(pairs, "items") else pairs:
+        return self._changed(pairs.items() if hasattr(pairs, "items") else pairs)
+
+    def _changed(self, pairs: Iterable[tuple[str, Any]]) -> Iterator[tuple[str, Any]]:
+        for name, tensor in pairs:
             size = tensor.numel() * tensor.element_size()
             if self.delta:
                 mark = checksum(tensor)
