@@ -196,8 +196,8 @@ class SyncCheckSettings(BaseModel):
 
     enabled: bool = Field(
         True,
-        description="score the probe after every push; skipped (with a note) for a shared "
-        "model, which is the policy itself, and for a backend that cannot score prompts",
+        description="score the probe after every push; skipped for a shared model (the policy "
+        "itself), and with a note for a backend that cannot score prompts or several ranks",
     )
     threshold: float = Field(
         0.02,
