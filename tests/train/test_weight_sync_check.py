@@ -3,6 +3,7 @@ one line; the same run uncorrupted never fires, and logs the probe gap and the s
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -95,3 +96,43 @@ def test_the_drift_watch_warns_once_per_jump():
         watch.check(step, {"sync/sampler_kl_mean": value}, warnings.append)
     assert [w.split(":")[0] for w in warnings] == ["step 5", "step 9"]
     assert "sync/sampler_kl_mean jumped to 0.2" in warnings[0]
+
+
+class FakeChat:
+    def render_text(self, messages):
+        return " ".join(m["content"] for m in messages)
+
+    def encode_text(self, text):
+        return [ord(c) % 50 for c in text]
+
+
+def tripwire(backend, *, shared=False, world_size=1):
+    from types import SimpleNamespace
+
+    from agentfly_cli.settings.train import SyncCheckSettings
+    from agentfly_cli.train.sync_check import SyncTripwire
+
+    train = SimpleNamespace(world_size=world_size)
+    return SyncTripwire(SyncCheckSettings(), train, backend, FakeChat(), shared=shared)
+
+
+def test_a_backend_that_cannot_score_prompts_is_skipped_with_one_note():
+    from types import SimpleNamespace
+
+    check = tripwire(SimpleNamespace(name="openai", scores_prompts=False))
+    assert not check.active
+    notes = check.take_notes()
+    assert len(notes) == 1 and "skipped for the openai backend" in notes[0]
+    assert check.take_notes() == []
+    assert asyncio.run(check.check(1)) == {}
+
+
+def test_a_shared_model_is_skipped_without_a_note_and_several_ranks_with_one():
+    from types import SimpleNamespace
+
+    backend = SimpleNamespace(name="hf", scores_prompts=True)
+    shared = tripwire(backend, shared=True)
+    assert not shared.active and shared.take_notes() == []
+    ranks = tripwire(backend, world_size=2)
+    assert not ranks.active and "several ranks" in ranks.take_notes()[0]
+    assert [len(ids) for ids in tripwire(backend).probe] == [64, 64]
