@@ -206,6 +206,7 @@ def sampler_kl_stats(
     if not bool(trained.any()):
         return {}
     k3 = kl_estimate(sampler_logprobs.detach(), old_logprobs.detach(), "k3")[trained]
+    k3 = k3.clamp(min=0.0)  # e^x - x - 1 rounds below 0 for x near 0
     return {"kl_mean": float(k3.double().mean()), "kl_max": float(k3.max())}
 
 
