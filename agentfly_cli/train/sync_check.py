@@ -112,7 +112,9 @@ class SyncTripwire:
             return {}
         if self.baseline is None:
             await self.start()
-            return {"sync/probe_gap_mean": self.baseline or 0.0} if self.active else {}
+            if self.baseline is None:
+                return {}
+            return {"sync/probe_gap_mean": self.baseline, "sync/probe_gap_before": self.baseline}
         gap = await self._gap()
         if gap is None:
             return {}
