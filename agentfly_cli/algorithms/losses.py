@@ -195,6 +195,21 @@ def importance_ratio_stats(
     }
 
 
+def sampler_kl_stats(
+    old_logprobs: torch.Tensor, sampler_logprobs: torch.Tensor, mask: torch.Tensor
+) -> dict[str, float]:
+    """How far the sampler's distribution is from the trainer's on the sampled tokens: the
+    k3 estimate of KL(sampler || trainer), r - 1 - log r with r = p_trainer / p_sampler
+    (unbiased under the sampler's samples, never negative, each token's clamped to MAX_K3):
+    its mean and max over the masked tokens."""
+    trained = mask.bool()
+    if not bool(trained.any()):
+        return {}
+    k3 = kl_estimate(sampler_logprobs.detach(), old_logprobs.detach(), "k3")[trained]
+    k3 = k3.clamp(min=0.0)  # e^x - x - 1 rounds below 0 for x near 0
+    return {"kl_mean": float(k3.double().mean()), "kl_max": float(k3.max())}
+
+
 def aggregate_loss(
     per_token_loss: torch.Tensor,
     mask: torch.Tensor,

@@ -93,6 +93,11 @@ class Backend(abc.ABC):
     #: sets its flag.
     takes_weights: bool = False
     takes_adapters: bool = False
+    #: ``update_weights`` takes some of the weights (the others stay): delta sync sends only
+    #: what changed. False: every push carries every weight.
+    takes_partial_weights: bool = False
+    #: ``prompt_logprobs`` is implemented (the weight-sync tripwire scores its probe with it).
+    scores_prompts: bool = False
     #: How many weight updates the weights it samples from have seen (0: the weights it
     #: started with). The trainer sets it as each push begins: requests sent from then on
     #: wait for the push and run on those weights.
@@ -115,6 +120,11 @@ class Backend(abc.ABC):
     async def update_weights(self, named_tensors: Any) -> None:
         """Load new policy weights: an iterable of ``(name, tensor)`` pairs or a state dict."""
         raise NotImplementedError(f"the {self.name} backend cannot take new weights")
+
+    async def prompt_logprobs(self, sequences: list[list[int]]) -> list[list[float]]:
+        """For each sequence of ids, the logprob of every token after the first given those
+        before it, from the raw logits (temperature 1): ``len(ids) - 1`` floats."""
+        raise NotImplementedError(f"the {self.name} backend cannot score prompts")
 
     async def update_adapter(self, tensors: Any, config: Any) -> None:
         """Load new LoRA adapter weights (named as PEFT saves them) for a PEFT ``config``

@@ -49,6 +49,8 @@ class HFBackend(StepStreaming, Backend):
     returns_tokens = True
     takes_weights = True
     takes_adapters = True
+    takes_partial_weights = True
+    scores_prompts = True
 
     def __init__(self, config: BackendSettings, tokenizer: Any = None, model: Any = None):
         """Load ``config.model`` (a local folder), or wrap an already loaded ``model``."""
@@ -193,8 +195,18 @@ class HFBackend(StepStreaming, Backend):
         """Load LoRA adapter tensors; the first call wraps the model with PEFT's ``config``."""
         await self._while_idle(self._batch.load_adapter, tensors, config)
 
-    async def _while_idle(self, function: Any, *args: Any) -> None:
-        """Run ``function`` in the model thread once the running batch has drained."""
+    async def prompt_logprobs(self, sequences: list[list[int]]) -> list[list[float]]:
+        """Score ``sequences`` with one plain forward pass each, once the batch has drained."""
+        from agentfly_cli.backends.hf_scoring import score_sequences
+
+        def score() -> list[list[float]]:
+            return score_sequences(self._batch.model, self.device, sequences)
+
+        return await self._while_idle(score)
+
+    async def _while_idle(self, function: Any, *args: Any) -> Any:
+        """Run ``function`` in the model thread once the running batch has drained; its
+        result."""
         if self._closed:
             raise BackendUnavailableError("the hf backend is closed")
         self._ensure_worker()
@@ -205,7 +217,7 @@ class HFBackend(StepStreaming, Backend):
                 if self._closed:
                     raise BackendUnavailableError("the hf backend was closed")
                 loop = asyncio.get_running_loop()
-                await loop.run_in_executor(self._executor, function, *args)
+                return await loop.run_in_executor(self._executor, function, *args)
             finally:
                 self._paused = False
                 self._wakeup.set()

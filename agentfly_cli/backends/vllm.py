@@ -353,6 +353,7 @@ class VLLMBackend(StepStreaming, Backend):
     name = "vllm"
     returns_tokens = True
     takes_weights = True
+    scores_prompts = True
 
     def __init__(self, config: BackendSettings, tokenizer: Any = None) -> None:
         """Start the engine for ``config.model`` (a local folder); blocks until it is ready."""
@@ -514,6 +515,13 @@ class VLLMBackend(StepStreaming, Backend):
         raises ValueError. Names may carry ``module.`` / ``_orig_mod.`` prefixes.
         """
         await self._call(_reload(weight_pairs(named_tensors, self.weight_names)))
+
+    async def prompt_logprobs(self, sequences: list[list[int]]) -> list[list[float]]:
+        """Score ``sequences`` (vLLM's ``prompt_logprobs``), between the running requests."""
+        from agentfly_cli.backends.vllm_scoring import score_call
+
+        tag = str(next(self._ids))
+        return await self._call(score_call(self._vllm, self._prompt, sequences, tag))
 
     async def close(self) -> None:
         """Fail waiting requests and shut the engine down."""

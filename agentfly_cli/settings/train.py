@@ -188,6 +188,54 @@ class TimeoutSettings(BaseModel):
     )
 
 
+class SyncCheckSettings(BaseModel):
+    """The weight-sync tripwire (``trainer.sync_check``): after each push, the rollout
+    backend's and the trainer's logprobs on a fixed probe are compared (docs/training.md,
+    "Weight sync")."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(
+        True,
+        description="score the probe after every push; skipped for a shared model (the policy "
+        "itself), and with a note for a backend that cannot score prompts or several ranks",
+    )
+    threshold: float = Field(
+        0.02,
+        gt=0,
+        allow_inf_nan=False,
+        description="stop the run when the mean |logprob gap| per probe token after a push is "
+        "above this and above baseline_factor times the gap measured before training",
+    )
+    baseline_factor: float = Field(
+        3.0,
+        gt=1,
+        allow_inf_nan=False,
+        description="how many times the benign gap before training (a bf16 backend beside a "
+        "fp32 trainer: 0.001 on the tiny model, 0.06 on SmolLM2) a push may show",
+    )
+    probe_sequences: int = Field(
+        2, ge=1, description="how many short conversations (chat template) make the probe"
+    )
+    probe_tokens: int = Field(
+        64, ge=2, description="the first tokens of each probe conversation that are scored"
+    )
+    drift_factor: float = Field(
+        5.0,
+        gt=1,
+        allow_inf_nan=False,
+        description="warn when sync/sampler_kl_mean jumps above this many times its running "
+        "median (and above drift_floor)",
+    )
+    drift_floor: float = Field(
+        0.05,
+        ge=0,
+        allow_inf_nan=False,
+        description="sync/sampler_kl_mean below this never warns (a bf16 sampler beside a fp32 "
+        "trainer: 0.001-0.02 on SmolLM2)",
+    )
+
+
 class TrainerSettings(OptimizationSettings):
     """How a training run goes: batch sizes, epochs, checkpoints, algorithm, backend."""
 
@@ -237,6 +285,7 @@ class TrainerSettings(OptimizationSettings):
         "this many weight updates old (older groups are dropped and counted); 0 is the sync loop",
     )
     timeouts: TimeoutSettings = Field(default_factory=TimeoutSettings)
+    sync_check: SyncCheckSettings = Field(default_factory=SyncCheckSettings)
 
     @model_validator(mode="after")
     def _correct_stale_samples(self) -> TrainerSettings:

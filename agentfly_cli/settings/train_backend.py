@@ -52,3 +52,14 @@ class TrainBackendSettings(BaseModel):
     sync: Literal["merge", "adapter"] = Field(
         "merge", description="LoRA weight sync: merged full weights, or the adapters only"
     )
+    delta_sync: bool = Field(
+        True,
+        description="full pushes send only the tensors whose checksum changed since the last "
+        "push (frozen layers, untouched embeddings stay); backends that need every weight "
+        "(vllm) get all of them",
+    )
+    freeze: list[str] = Field(
+        default_factory=list,
+        description="glob patterns of parameter names (base-model names, e.g. "
+        "'model.embed_tokens.*', 'model.layers.0.*') that are not trained",
+    )

@@ -23,6 +23,7 @@ from agentfly_cli.settings.run import RunSettings
 from agentfly_cli.telemetry.infra_watch import InfraFailureWatch
 from agentfly_cli.telemetry.signal_watch import FlatRewardWatch
 from agentfly_cli.telemetry.step_progress import StepProgress
+from agentfly_cli.telemetry.sync_watch import SamplerDriftWatch
 from agentfly_cli.train.checkpoint import CheckpointManager
 from agentfly_cli.train.plan import RunPlan, plan_run
 from agentfly_cli.train.run_checks import (
@@ -34,6 +35,7 @@ from agentfly_cli.train.run_checks import (
 from agentfly_cli.train.steps.async_rollouts import skipped_groups_note
 from agentfly_cli.train.steps.source import StepSource
 from agentfly_cli.train.steps.step_io import StepResult, StepRollouts
+from agentfly_cli.train.sync_check import SyncTripwire
 from agentfly_cli.train.tasks.plan import TaskPlan
 from agentfly_cli.train.tasks.run_tasks import RunTasks
 from agentfly_cli.train.tensors.logprobs import auto_chunk_size, logprob_temperature, split_model
@@ -104,6 +106,8 @@ class Trainer:
             group_relative=self.advantage_fn.group_relative and not self.settings.distill.enabled,
         )
         self.infra_watch = InfraFailureWatch(self.algo.exclude_infra_failures)
+        check = config.trainer.sync_check
+        self.drift_watch = SamplerDriftWatch(check.drift_factor, check.drift_floor)
         self.progress = StepProgress()  # the phase of the running step, for the live display
 
     # ---- setup -------------------------------------------------------------------------------
@@ -160,6 +164,9 @@ class Trainer:
             # and a shared-prefix pass is one more body call than a plain one.
             self.share_prefix = False
         self.chat = self.engine.chat
+        self.sync_check = SyncTripwire(
+            settings.sync_check, self.train, backend, self.chat, shared=shared
+        )
         self.tasks = TaskPlan(
             self.rollout.tasks, settings, self.config.data, data.rows, RowRules.of(self.config)
         )
@@ -233,6 +240,7 @@ class Trainer:
             async with self.engine.backend, self.engine.envs:
                 if self.start_step:  # resumed weights reach the rollout backend
                     await self._sync_weights(self.start_step)
+                await self.sync_check.start()  # the benign gap, with the same weights
                 with telemetry:
                     if main:
                         for note in [*self.tasks.notes, *training_notes(self.chat)]:
@@ -274,6 +282,9 @@ class Trainer:
             telemetry.log(step, metrics)
             self.signal_watch.check(metrics, telemetry.warn)
             self.infra_watch.check(step, metrics, telemetry.warn)
+            self.drift_watch.check(step, metrics, telemetry.warn)
+            for note in self.sync_check.take_notes():
+                telemetry.warn(note)
         promoted = self.tasks.record(step, metrics)
         if promoted and main:
             telemetry.note(promoted)
@@ -314,7 +325,7 @@ class Trainer:
             if batch is not None or distributed.active():
                 metrics.update(await run(self._optimize, step, batch))
         with timer.section("sync"):
-            await self._sync_weights(step)
+            metrics.update(await self._sync_weights(step))
         if rollouts.late_metrics is not None:
             metrics.update(rollouts.late_metrics())
         return StepResult(step, self._step_metrics(metrics, timer, trajectories), batch is not None)
@@ -358,10 +369,12 @@ class Trainer:
         return self.update.optimize(step, batch)
 
     # ---- sync and checkpoints -------------------------------------------------------------
-    async def _sync_weights(self, version: int) -> None:
+    async def _sync_weights(self, version: int) -> dict[str, float]:
         """The weights after ``version`` updates reach the rollout backend (within
-        ``trainer.timeouts.weight_sync_s``)."""
+        ``trainer.timeouts.weight_sync_s``), and the tripwire checks them; the push's and the
+        check's ``sync/*`` metrics."""
         await self.sync.publish(version, self.settings.timeouts.weight_sync_s)
+        return {**self.sync.metrics(), **await self.sync_check.check(version)}
 
     def _save(self, step: int) -> None:
         # async: the groups started and not trained on, for a resumed run to roll out again

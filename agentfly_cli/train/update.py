@@ -433,6 +433,11 @@ class PolicyUpdate:
             per_token = truncated_importance_sampling(
                 per_token, old, sampler, mask, sampled, algo, tally
             )
+        if batch.has_sampler_logprobs:  # the sampler's drift from the trainer (k3)
+            drift = losses.sampler_kl_stats(old, rows_of(batch.sampler_logprobs), sampled)
+            if drift:
+                tally.add("sync/sampler_kl_mean", drift["kl_mean"], int(sampled.sum().item()))
+                tally.extreme("sync/sampler_kl_max", drift["kl_max"], high=True)
 
         def aggregate(values: torch.Tensor) -> torch.Tensor:
             return losses.aggregate_loss(

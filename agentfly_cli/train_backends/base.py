@@ -119,15 +119,36 @@ def load_hf_model(model_path: str | Path, dtype: torch.dtype):
 
 
 def prepare_model(model: Any, config: TrainBackendSettings):
-    """Gradient checkpointing, then LoRA adapters; returns the model to train (train mode)."""
+    """Gradient checkpointing, LoRA adapters, then the frozen parameters
+    (``config.freeze``); returns the model to train (train mode)."""
     if config.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if config.lora is not None:
         from agentfly_cli.train_backends.lora import wrap_lora
 
         model = wrap_lora(model, config.lora, gradient_checkpointing=config.gradient_checkpointing)
+    if config.freeze:
+        freeze_parameters(model, config.freeze)
     model.train()
     return model
+
+
+def freeze_parameters(model: Any, patterns: list[str]) -> None:
+    """Stop training the parameters whose base-model name matches a glob in ``patterns``; a
+    pattern that matches none is a UserError."""
+    from fnmatch import fnmatchcase
+
+    unused = list(patterns)
+    for name, param in model.named_parameters(remove_duplicate=False):
+        hits = [p for p in patterns if fnmatchcase(strip_prefix(name), p)]
+        if hits:
+            param.requires_grad_(False)
+            unused = [p for p in unused if p not in hits]
+    if unused:
+        raise UserError(
+            f"trainer.backend.freeze: {unused[0]!r} matches no parameter of the model (names "
+            "look like 'model.layers.0.mlp.up_proj.weight'); fix or remove the pattern"
+        )
 
 
 def trainable_parameters(model: Any) -> list:

@@ -6,7 +6,10 @@
 - :class:`AdapterPush`: LoRA with ``trainer.backend.sync: adapter``: only the adapter tensors
   travel, and the backend keeps its base weights.
 - :class:`FullPush`: every other pair (vllm, another device or dtype, DeepSpeed, LoRA merged):
-  the (merged) weights are pushed through ``Backend.update_weights``.
+  the (merged) weights are pushed through ``Backend.update_weights``; with
+  ``trainer.backend.delta_sync`` and a backend that takes part of the weights
+  (``takes_partial_weights``: hf), only the tensors whose checksum changed
+  (:mod:`.delta_sync`).
 
 :func:`choose_weight_sync` refuses, with a one-line error, a backend that cannot take what the
 strategy pushes (its ``takes_weights`` / ``takes_adapters`` flags).
@@ -71,6 +74,10 @@ class WeightSync:
     async def push(self) -> None:
         raise NotImplementedError
 
+    def metrics(self) -> dict[str, float]:
+        """The last push's ``sync/*`` metrics (bytes, tensors, seconds), where it counts them."""
+        return {}
+
     async def release_memory(self) -> None:
         """Free what the rollouts keep that the update would make stale (only when rollouts
         and training share one model, their KV would sit beside the activations)."""
@@ -97,8 +104,22 @@ class AdapterPush(WeightSync):
 class FullPush(WeightSync):
     name = "full"
 
+    def __init__(self, train: Any, backend: Any, *, delta: bool = False) -> None:
+        from agentfly_cli.train_backends.delta_sync import PushMeter
+
+        super().__init__(train, backend)
+        self.meter = PushMeter(delta and getattr(backend, "takes_partial_weights", False))
+
     async def push(self) -> None:
-        await self.backend.update_weights(self.train.sync_weights())
+        try:
+            await self.backend.update_weights(self.meter.filter(self.train.sync_weights()))
+        except BaseException:
+            self.meter.discard()
+            raise
+        self.meter.commit()
+
+    def metrics(self) -> dict[str, float]:
+        return dict(self.meter.last)
 
 
 def can_share_model(backend_config: Any, train: Any, train_settings: Any) -> bool:
@@ -143,4 +164,4 @@ def choose_weight_sync(train: Any, backend: Any, train_settings: Any, *, shared:
             f"the {backend.name} rollout backend cannot take new weights, so rollouts would "
             "never follow the trained policy; train with backend hf or vllm"
         )
-    return FullPush(train, backend)
+    return FullPush(train, backend, delta=train_settings.delta_sync)
