@@ -69,3 +69,13 @@ def load_teacher(path: Path, train: Any) -> Any:
     from agentfly_cli.train_backends.base import load_reference_model
 
     return load_reference_model(path, train)
+
+
+def frozen_models(needs_reference: bool, model_path: Any, teacher: Path | None, train: Any):
+    """The frozen models of a run, loaded the same way (the policy's dtype and device): the
+    reference (the KL's, when ``needs_reference``) and the distillation teacher (when a
+    checked ``teacher`` folder is given); None for each one the run does not use."""
+    from agentfly_cli.train_backends.base import load_reference_model
+
+    reference = load_reference_model(model_path, train) if needs_reference else None
+    return reference, (load_teacher(teacher, train) if teacher is not None else None)

@@ -173,16 +173,11 @@ class Trainer:
         if self.train.is_main:
             self.tasks.write_held_out(self.run_dir)
             self.plan.write(self.run_dir)
-        self.reference = None
-        if alg.needs_reference(self.algo):
-            from agentfly_cli.train_backends.base import load_reference_model
+        from agentfly_cli.train.teacher import frozen_models
 
-            self.reference = load_reference_model(self.model_path, self.train)
-        self.teacher = None  # loaded like the reference model (its dtype, device, frozen)
-        if teacher is not None:
-            from agentfly_cli.train.teacher import load_teacher
-
-            self.teacher = load_teacher(teacher, self.train)
+        self.reference, self.teacher = frozen_models(
+            alg.needs_reference(self.algo), self.model_path, teacher, self.train
+        )
         self.update = PolicyUpdate(
             self.config,
             self.train,
