@@ -419,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
         "--case",
         choices=["single", "multiturn"],
         default="single",
-        help="single: one-turn digits task (default); multiturn: the calculator recipe's tool chains",
+        help="single: the one-turn digits task; multiturn: the calculator recipe's tool chains",
     )
     parser.add_argument(
         "--steps", type=int, help="multiturn: training steps (the first is a warm-up; default 5)"
