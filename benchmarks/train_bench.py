@@ -458,9 +458,13 @@ def main(argv: list[str] | None = None) -> int:
         "trl": trl_version,
     }
     if args.case == "multiturn":
-        from multiturn_case import multiturn_report
+        from multiturn_case import multiturn_report, parse_size
 
-        report = multiturn_report(args, machine)
+        try:
+            size = parse_size(args.size, args.steps)
+        except ValueError as exc:
+            parser.error(str(exc))
+        report = multiturn_report(args, machine, size)
         return _write(report, args.out)
     args.models = args.models or "tiny,smollm2"
     report = {
