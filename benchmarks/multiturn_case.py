@@ -18,9 +18,12 @@ TRL lives only in ``.venv-bench`` (``make bench-venv``); everything else here ru
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import resource
 import statistics
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -319,19 +322,54 @@ def run_case(model_path: str, size: dict, skip_trl: bool, sets=()) -> dict:
     """Both runs on the same tasks, one after the other; the comparison."""
     rows = recipe_rows(size["steps"] * size["tasks"])
     case: dict[str, Any] = {"size": dict(size), "tasks": [r["id"] for r in rows]}
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, machine_watch() as watch:
         ours = agentfly_run(model_path, rows, size, Path(tmp), sets)
-    case["agentfly"] = summarize(ours["steps"])
+    case["agentfly"] = {**summarize(ours["steps"]), "machine": watch}
     if skip_trl:
         return case
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, machine_watch() as watch:
         theirs = trl_run(model_path, rows, size, Path(tmp), ours["observation"])
-    case["trl"] = summarize(theirs["steps"])
+    case["trl"] = {**summarize(theirs["steps"]), "machine": watch}
     case["prompt_ids_equal"] = ours["first_prompt_ids"] == theirs["first_prompt_ids"]
     case["tool_suffix_ids_equal"] = theirs["tool_suffix_ids_equal"]
     case["prompt_tokens"] = len(theirs["first_prompt_ids"])
     case["comparison"] = compare(case["agentfly"], case["trl"])
     return case
+
+
+@contextlib.contextmanager
+def machine_watch():
+    """What else ran while one side ran: load averages and busy processes at both ends, and
+    this process's peak memory after it."""
+    watch: dict[str, Any] = {"load_average_at_start": load_average(), "busy_at_start": busy()}
+    yield watch
+    watch["load_average_at_end"] = load_average()
+    watch["busy_at_end"] = busy()
+    watch["peak_rss_mib_so_far"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+
+
+def load_average() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def busy(limit: int = 5) -> list[str]:
+    """Other processes using over 5% of a core (ps), as '%CPU command' lines; [] without ps."""
+    try:
+        lines = subprocess.run(
+            ["ps", "-eo", "pid=,pcpu=,args=", "--sort=-pcpu"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.splitlines()
+    except (OSError, subprocess.SubprocessError):
+        return []
+    found = []
+    for line in lines:
+        pid, cpu, command = (line.split(None, 2) + ["", ""])[:3]
+        if pid.isdigit() and int(pid) != os.getpid() and float(cpu or 0) > 5.0:
+            found.append(f"{cpu}% {command[:120]}")
+    return found[:limit]
 
 
 def default_size(steps: int | None = None) -> dict:

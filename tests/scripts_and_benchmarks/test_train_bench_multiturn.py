@@ -157,6 +157,9 @@ def test_the_agentfly_side_reports_steps_rewards_and_tokens(tiny_model, tmp_path
     assert ours["sampled_tokens_per_s"] == round(
         ours["sampled_tokens_per_step"] / ours["step_s_median"], 2
     )
+    watch = ours["machine"]  # what else ran meanwhile
+    assert len(watch["load_average_at_end"]) == 3 and isinstance(watch["busy_at_start"], list)
+    assert watch["peak_rss_mib_so_far"] > 0
     assert "trl" not in result
 
 
