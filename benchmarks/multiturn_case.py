@@ -18,12 +18,14 @@ TRL lives only in ``.venv-bench`` (``make bench-venv``); everything else here ru
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
 import resource
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -69,9 +71,16 @@ NOTES = [
     "generation: TRL calls model.generate once per tool iteration on the chains still going, "
     "left-padded, re-prefilling prompt + earlier turns (no KV cache across turns); agentfly's "
     "hf backend batches chains continuously on the policy's own model",
-    "update: same as train_bench's single-turn case: fp32 CPU, AdamW lr 8e-6 constant (no "
-    "warm-up), grad clip 1.0, beta 0, token-mean loss (TRL dapo), clip 0.2, group-std "
-    "advantages, no gradient checkpointing in either (TRL's default would turn it on)",
+    "update: fp32 CPU, AdamW lr 8e-6 constant (no warm-up), grad clip 1.0, beta 0, "
+    "token-mean loss (TRL dapo), clip 0.2, group-std advantages, one optimizer step per "
+    "step, gradient checkpointing on in both (the recipe's setting, TRL's default). Memory "
+    "is bounded per forward pass in both: agentfly by micro_batch_tokens=512 (the recipe), "
+    "TRL by micro-batches of one group (per_device_train_batch_size=8, "
+    "gradient_accumulation_steps=4); TRL with the whole batch in one pass and no "
+    "checkpointing passed 19 GiB and was OOM-killed on this 24 GiB machine",
+    "isolation: each side runs in a process of its own, one after the other (agentfly "
+    "first); 'machine' in each side gives the load average and the busy processes (ps "
+    "pcpu: average %CPU over each process's life) before and after it, and its peak RSS",
     "sampled tokens differ from run to run (sampling, chain lengths), so tokens/s are "
     "reported beside seconds per step",
 ]
@@ -140,7 +149,7 @@ def agentfly_run(model_path: str, rows: list[dict], size: dict, workdir: Path, s
         f"trainer.backend.lr={LR}",
         "trainer.backend.warmup_steps=0",
         "trainer.backend.lr_schedule=constant",
-        "trainer.backend.gradient_checkpointing=false",
+        "trainer.backend.gradient_checkpointing=true",
         "trainer.backend.dtype=float32",
         "trainer.backend.device=cpu",
         "trainer.telemetry.sinks=[jsonl]",
@@ -225,8 +234,9 @@ def trl_run(
     args = GRPOConfig(
         output_dir=str(workdir / "trl-run"),
         num_generations=size["group"],
-        per_device_train_batch_size=size["tasks"] * size["group"],
-        gradient_accumulation_steps=1,
+        # one group per micro-batch, one optimizer step per generation of tasks x group chains
+        per_device_train_batch_size=size["group"],
+        gradient_accumulation_steps=size["tasks"],
         max_completion_length=TRL_MAX_COMPLETION,
         max_tool_calling_iterations=size["max_turns"] - 1,
         generation_kwargs={"max_new_tokens": size["max_new"]},
@@ -240,7 +250,7 @@ def trl_run(
         loss_type="dapo",
         epsilon=0.2,
         temperature=1.0,
-        gradient_checkpointing=False,
+        gradient_checkpointing=True,
         use_cpu=True,
         bf16=False,
         report_to="none",
@@ -319,17 +329,19 @@ def trl_run(
 
 
 def run_case(model_path: str, size: dict, skip_trl: bool, sets=()) -> dict:
-    """Both runs on the same tasks, one after the other; the comparison."""
+    """Both runs on the same tasks, one after the other, each in a process of its own (so
+    that neither inherits the other's memory); the comparison."""
     rows = recipe_rows(size["steps"] * size["tasks"])
     case: dict[str, Any] = {"size": dict(size), "tasks": [r["id"] for r in rows]}
-    with tempfile.TemporaryDirectory() as tmp, machine_watch() as watch:
-        ours = agentfly_run(model_path, rows, size, Path(tmp), sets)
-    case["agentfly"] = {**summarize(ours["steps"]), "machine": watch}
-    if skip_trl:
-        return case
-    with tempfile.TemporaryDirectory() as tmp, machine_watch() as watch:
-        theirs = trl_run(model_path, rows, size, Path(tmp), ours["observation"])
-    case["trl"] = {**summarize(theirs["steps"]), "machine": watch}
+    with tempfile.TemporaryDirectory() as tmp:
+        ours = run_side("agentfly", model_path, size, Path(tmp), sets)
+        case["agentfly"] = {**summarize(ours["steps"]), "machine": ours["machine"]}
+        if skip_trl:
+            return case
+        observation = Path(tmp) / "observation.json"
+        observation.write_text(json.dumps(ours["observation"]))
+        theirs = run_side("trl", model_path, size, Path(tmp), ["--observation", str(observation)])
+    case["trl"] = {**summarize(theirs["steps"]), "machine": theirs["machine"]}
     case["prompt_ids_equal"] = ours["first_prompt_ids"] == theirs["first_prompt_ids"]
     case["tool_suffix_ids_equal"] = theirs["tool_suffix_ids_equal"]
     case["prompt_tokens"] = len(theirs["first_prompt_ids"])
@@ -337,15 +349,48 @@ def run_case(model_path: str, size: dict, skip_trl: bool, sets=()) -> dict:
     return case
 
 
+def run_side(side: str, model_path: str, size: dict, workdir: Path, extra=()) -> dict:
+    """One side in a child process of this interpreter (``--side``); its JSON."""
+    out = workdir / f"{side}.json"
+    command = [sys.executable, __file__, "--side", side, "--model", model_path]
+    command += ["--size", f"{size['tasks']}x{size['group']}", "--steps", str(size["steps"])]
+    extras = list(extra) if side == "trl" else [a for s in extra for a in ("--set", s)]
+    subprocess.run([*command, *extras, "--out", str(out)], check=True)
+    return json.loads(out.read_text())
+
+
+def side_main(argv: list[str] | None = None) -> int:
+    """``--side agentfly|trl``: one side's run, its records as JSON (``run_side`` calls it)."""
+    parser = argparse.ArgumentParser(description="one side of the multi-turn case")
+    parser.add_argument("--side", choices=["agentfly", "trl"], required=True)
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--size", required=True)
+    parser.add_argument("--steps", type=int, required=True)
+    parser.add_argument("--observation", help="trl: agentfly's observation (JSON) to compare")
+    parser.add_argument("--set", action="append", default=[])
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    size = parse_size(args.size, args.steps)
+    rows = recipe_rows(size["steps"] * size["tasks"])
+    with tempfile.TemporaryDirectory() as tmp, machine_watch() as watch:
+        if args.side == "agentfly":
+            result = agentfly_run(args.model, rows, size, Path(tmp), args.set)
+        else:
+            seen = json.loads(Path(args.observation).read_text()) if args.observation else None
+            result = trl_run(args.model, rows, size, Path(tmp), seen)
+    Path(args.out).write_text(json.dumps({**result, "machine": watch}))
+    return 0
+
+
 @contextlib.contextmanager
 def machine_watch():
     """What else ran while one side ran: load averages and busy processes at both ends, and
-    this process's peak memory after it."""
+    the peak memory of the process (the side's own: each runs in a process of its own)."""
     watch: dict[str, Any] = {"load_average_at_start": load_average(), "busy_at_start": busy()}
     yield watch
     watch["load_average_at_end"] = load_average()
     watch["busy_at_end"] = busy()
-    watch["peak_rss_mib_so_far"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    watch["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 
 
 def load_average() -> list[float]:
@@ -428,3 +473,7 @@ def multiturn_report(args, machine: dict, size: dict) -> dict:
         report["cases"][name] = run_case(model_path, size, args.skip_trl, args.set)
     machine["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     return report
+
+
+if __name__ == "__main__":
+    sys.exit(side_main())

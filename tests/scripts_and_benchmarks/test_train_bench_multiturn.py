@@ -150,16 +150,17 @@ def test_the_agentfly_side_reports_steps_rewards_and_tokens(tiny_model, tmp_path
     assert result["tasks"] == ["calc-000", "calc-001", "calc-002", "calc-003"]
     ours = result["agentfly"]
     assert len(ours["steps"]) == len(ours["reward_per_step"]) == 2
-    assert ours["step_s_median"] == ours["steps"][1]["step_s"]  # step 1 is the warm-up
+    # step 1 is the warm-up: the median of one timed step is that step
+    assert ours["step_s_median"] == pytest.approx(ours["steps"][1]["step_s"], abs=1e-3)
     for step in ours["steps"]:
         assert step["sampled_tokens"] > 0 and step["tokens"] > step["sampled_tokens"]
         assert 0.0 <= step["reward"] <= 1.0 and step["rollout_s"] <= step["step_s"]
-    assert ours["sampled_tokens_per_s"] == round(
-        ours["sampled_tokens_per_step"] / ours["step_s_median"], 2
+    assert ours["sampled_tokens_per_s"] == pytest.approx(
+        ours["sampled_tokens_per_step"] / ours["step_s_median"], rel=0.01
     )
     watch = ours["machine"]  # what else ran meanwhile
     assert len(watch["load_average_at_end"]) == 3 and isinstance(watch["busy_at_start"], list)
-    assert watch["peak_rss_mib_so_far"] > 0
+    assert watch["peak_rss_mib"] > 0
     assert "trl" not in result
 
 
