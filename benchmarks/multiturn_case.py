@@ -171,6 +171,8 @@ def agentfly_run(model_path: str, rows: list[dict], size: dict, workdir: Path, s
             "tokens": h["tokens/total"],
             "tool_calls_per_chain": c["calculator_calls_per_chain"],
             "turns_per_chain": h["turns/mean"],
+            # chains of groups with equal rewards: agentfly skips their update (TRL runs it)
+            "skipped_zero_advantage": h.get("train/skipped_zero_advantage"),
         }
         for h, c in zip(history, chains, strict=True)
     ]
@@ -300,8 +302,10 @@ def trl_run(
         dataset[0]["prompt"], add_generation_prompt=True, tokenize=True, return_dict=False
     )
     trainer.train()
-    rewards = [e["reward"] for e in trainer.state.log_history if "reward" in e]
-    tools = [e.get("tools/call_frequency") for e in trainer.state.log_history if "reward" in e]
+    logged = [e for e in trainer.state.log_history if "reward" in e]
+    rewards = [e["reward"] for e in logged]
+    tools = [e.get("tools/call_frequency") for e in logged]
+    flat = [e.get("frac_reward_zero_std") for e in logged]
     steps = [
         {
             "step_s": s,
@@ -311,8 +315,9 @@ def trl_run(
             "sampled_tokens": r["sampled_tokens"],
             "tokens": r["tokens"],
             "tool_calls_per_chain": calls,
+            "groups_with_equal_rewards": zero,  # their update still runs in TRL
         }
-        for s, r, reward, calls in zip(seconds, rollouts, rewards, tools, strict=True)
+        for s, r, reward, calls, zero in zip(seconds, rollouts, rewards, tools, flat, strict=True)
     ]
     observation = None
     if ours_observation is not None:
