@@ -392,10 +392,17 @@ def machine_watch():
     """What else ran while one side ran: load averages and busy processes at both ends, and
     the peak memory of the process (the side's own: each runs in a process of its own)."""
     watch: dict[str, Any] = {"load_average_at_start": load_average(), "busy_at_start": busy()}
+    cpu = cpu_seconds()
     yield watch
+    watch["cpu_s"] = round(cpu_seconds() - cpu, 1)  # less sensitive to a busy machine than wall s
     watch["load_average_at_end"] = load_average()
     watch["busy_at_end"] = busy()
     watch["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+
+
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def load_average() -> list[float]:

@@ -160,7 +160,7 @@ def test_the_agentfly_side_reports_steps_rewards_and_tokens(tiny_model, tmp_path
     )
     watch = ours["machine"]  # what else ran meanwhile
     assert len(watch["load_average_at_end"]) == 3 and isinstance(watch["busy_at_start"], list)
-    assert watch["peak_rss_mib"] > 0
+    assert watch["peak_rss_mib"] > 0 and watch["cpu_s"] > 0
     assert "trl" not in result
 
 
