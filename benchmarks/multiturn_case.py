@@ -4,8 +4,8 @@
 Both sides get the same model, tasks (the recipe's first ``steps x tasks`` rows, in file
 order), chat (the recipe's system prompt and few-shot turns), tool (``tools_builtin``'s
 ``calculator`` through agentfly's own tool call, so the same error observations), reward
-(``exact_match`` on the answer), batch (4 tasks x 8 chains), turns (3), tokens per turn (24),
-temperature, optimizer and loss. TRL parses tool calls with a tokenizer ``response_template``
+(``exact_match`` on the answer), batch (tasks x chains, default 4 x 8), turns (3), tokens per
+turn (24), temperature, optimizer and loss. TRL parses tool calls with a tokenizer ``response_template``
 and renders tool results with the chat template: this module gives SmolLM2's tokenizer a
 template that renders exactly what SmolLM2's own does for system/user/assistant turns plus
 the recipe's line protocol (an assistant tool call is ``CALC: <expression>``, a tool result
@@ -75,9 +75,12 @@ NOTES = [
     "token-mean loss (TRL dapo), clip 0.2, group-std advantages, one optimizer step per "
     "step, gradient checkpointing on in both (the recipe's setting, TRL's default). Memory "
     "is bounded per forward pass in both: agentfly by micro_batch_tokens=512 (the recipe), "
-    "TRL by micro-batches of one group (per_device_train_batch_size=8, "
-    "gradient_accumulation_steps=4); TRL with the whole batch in one pass and no "
-    "checkpointing passed 19 GiB and was OOM-killed on this 24 GiB machine",
+    "TRL by micro-batches of one group (per_device_train_batch_size = chains per task, "
+    "gradient_accumulation_steps = tasks per step); TRL with a 4 x 8 batch in one pass and "
+    "no checkpointing passed 19 GiB and was OOM-killed on this 24 GiB machine",
+    "flat groups: agentfly skips the forward and backward of groups whose rewards are all "
+    "equal (trainer.skip_zero_advantage, its default); TRL runs them (its steps record "
+    "groups_with_equal_rewards, agentfly's skipped_zero_advantage)",
     "isolation: each side runs in a process of its own, one after the other (agentfly "
     "first); 'machine' in each side gives the load average and the busy processes (ps "
     "pcpu: average %CPU over each process's life) before and after it, and its peak RSS",
