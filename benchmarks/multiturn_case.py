@@ -77,7 +77,8 @@ NOTES = [
     "is bounded per forward pass in both: agentfly by micro_batch_tokens=512 (the recipe), "
     "TRL by micro-batches of one group (per_device_train_batch_size = chains per task, "
     "gradient_accumulation_steps = tasks per step); TRL with a 4 x 8 batch in one pass and "
-    "no checkpointing passed 19 GiB and was OOM-killed on this 24 GiB machine",
+    "no checkpointing (in the process that had run agentfly's side first) passed 19 GiB and "
+    "was OOM-killed on this 24 GiB machine",
     "flat groups: agentfly skips the forward and backward of groups whose rewards are all "
     "equal (trainer.skip_zero_advantage, its default); TRL runs them (its steps record "
     "groups_with_equal_rewards, agentfly's skipped_zero_advantage)",
