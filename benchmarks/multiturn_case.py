@@ -5,9 +5,9 @@ Both sides get the same model, tasks (the recipe's first ``steps x tasks`` rows,
 order), chat (the recipe's system prompt and few-shot turns), tool (``tools_builtin``'s
 ``calculator`` through agentfly's own tool call, so the same error observations), reward
 (``exact_match`` on the answer), batch (tasks x chains, default 4 x 8), turns (3), tokens per
-turn (24), temperature, optimizer and loss. TRL parses tool calls with a tokenizer ``response_template``
-and renders tool results with the chat template: this module gives SmolLM2's tokenizer a
-template that renders exactly what SmolLM2's own does for system/user/assistant turns plus
+turn (24), temperature, optimizer and loss. TRL parses tool calls with a tokenizer
+``response_template`` and renders tool results with the chat template: SmolLM2's tokenizer
+gets a template that renders exactly what SmolLM2's own does for system/user/assistant turns plus
 the recipe's line protocol (an assistant tool call is ``CALC: <expression>``, a tool result
 is a user turn ``RESULT: <value>``), and a response template that reads ``CALC:`` lines as
 calculator calls. ``ANSWER:`` is not a TRL tool: a turn without a call ends TRL's loop, as a
