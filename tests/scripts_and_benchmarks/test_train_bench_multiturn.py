@@ -79,8 +79,10 @@ def test_the_line_protocol_template_renders_smollm2s_tokens(realdata):
         protocol.prompt_messages("What is 70 + 33?", chat),
         [{"role": "user", "content": "hi"}],  # SmolLM2's default system turn
     ):
-        expected = own.apply_chat_template(messages, add_generation_prompt=True)
-        assert ours.apply_chat_template(messages, add_generation_prompt=True) == expected
+        expected = own.apply_chat_template(messages, add_generation_prompt=True, return_dict=False)
+        assert ours.apply_chat_template(
+            messages, add_generation_prompt=True, return_dict=False
+        ) == (expected)
     # a tool call and its result render as the recipe's CALC: turn and RESULT: user turn
     call = {
         "type": "function",
@@ -104,7 +106,7 @@ def test_the_line_protocol_template_renders_smollm2s_tokens(realdata):
 def test_the_response_template_reads_calc_lines_as_calculator_calls(realdata):
     tokenizer = protocol.line_protocol_tokenizer(str(realdata / "smollm2"))
     prefix = tokenizer.apply_chat_template(
-        [{"role": "user", "content": "q"}], add_generation_prompt=True
+        [{"role": "user", "content": "q"}], add_generation_prompt=True, return_dict=False
     )
 
     def parse(text):
@@ -190,5 +192,5 @@ def test_trl_trains_the_same_chains_with_its_tool_loop(realdata, tmp_path):
     own = __import__("transformers").AutoTokenizer.from_pretrained(realdata / "smollm2")
     messages = protocol.prompt_messages(rows[0]["question"], protocol.recipe_chat())
     assert result["first_prompt_ids"] == own.apply_chat_template(
-        messages, add_generation_prompt=True
+        messages, add_generation_prompt=True, return_dict=False
     )
