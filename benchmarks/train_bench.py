@@ -21,8 +21,13 @@ Three timings per case; each runs 1 warm-up step, then the median of the timed s
   ``_generate_and_score_completions`` replaced by a function returning those rows.
 tokens/s = prompt + completion tokens of the step's 32 sequences / seconds.
 
+``--case multiturn``: the calculator recipe's multi-turn tool chains instead, agentfly's trainer
+against GRPOTrainer with its tool loop, seconds per step and the reward per step
+(benchmarks/multiturn_case.py).
+
 TRL lives only in the benchmark environment: ``make bench-venv`` builds ``.venv-bench``.
 Run: .venv-bench/bin/python benchmarks/train_bench.py [--models tiny,smollm2] [--out FILE]
+     .venv-bench/bin/python benchmarks/train_bench.py --case multiturn --models smollm2
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling case modules
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("WANDB_DISABLED", "true")
@@ -406,9 +412,21 @@ def run_case(name: str, model_path: str, repeats: int, args) -> dict:
     return case
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default="tiny,smollm2")
+    parser.add_argument("--models", default=None, help="default: tiny,smollm2 (multiturn: smollm2)")
+    parser.add_argument(
+        "--case",
+        choices=["single", "multiturn"],
+        default="single",
+        help="single: the one-turn digits task; multiturn: the calculator recipe's tool chains",
+    )
+    parser.add_argument(
+        "--steps", type=int, help="multiturn: training steps (the first is a warm-up; default 5)"
+    )
+    parser.add_argument(
+        "--size", help="multiturn: TASKSxGROUP, e.g. 2x2 for a smoke run (default 4x8)"
+    )
     parser.add_argument(
         "--repeats", type=int, help="timed steps per case (default: tiny 3, else 2)"
     )
@@ -417,7 +435,7 @@ def main() -> int:
         "--set", action="append", default=[], help="agentfly config override (repeatable)"
     )
     parser.add_argument("--skip-trl", action="store_true", help="agentfly only")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     import importlib
     import importlib.util
 
@@ -430,17 +448,28 @@ def main() -> int:
 
     from agentfly_cli.models import resolve_model
 
+    machine = {
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "transformers": transformers.__version__,
+        "trl": trl_version,
+    }
+    if args.case == "multiturn":
+        from multiturn_case import multiturn_report, parse_size
+
+        try:
+            size = parse_size(args.size, args.steps)
+        except ValueError as exc:
+            parser.error(str(exc))
+        report = multiturn_report(args, machine, size)
+        return _write(report, args.out)
+    args.models = args.models or "tiny,smollm2"
     report = {
         "benchmark": "train_step_vs_trl",
-        "machine": {
-            "platform": platform.platform(),
-            "cpus": os.cpu_count(),
-            "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
-            "torch": torch.__version__,
-            "torch_threads": torch.get_num_threads(),
-            "transformers": transformers.__version__,
-            "trl": trl_version,
-        },
+        "machine": machine,
         "settings": {
             "prompts": TASKS,
             "completions_per_prompt": GROUP,
@@ -472,10 +501,15 @@ def main() -> int:
         model_path = str(resolve_model(name))
         report["cases"][name] = run_case(name, model_path, repeats, args)
         print(f"{name}: done", file=sys.stderr, flush=True)
+    machine["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    return _write(report, args.out)
+
+
+def _write(report: dict, out: str | None) -> int:
     text = json.dumps(report, indent=2)
     print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    if out:
+        Path(out).write_text(text + "\n")
     return 0
 
 
