@@ -305,6 +305,7 @@ def trl_trainer(model_path: str, steps: int, workdir: Path):
         temperature=1.0,
         use_cpu=True,
         bf16=False,
+        gradient_checkpointing=False,  # TRL 1.16's default is on; agentfly's side runs without
         report_to="none",
         disable_tqdm=True,
         logging_steps=1,
