@@ -41,6 +41,7 @@ from multiturn_protocol import (
     trl_calculator,
     trl_reward,
 )
+from trl_common import SHARED_GRPO_SETTINGS, step_timer
 
 TASKS, GROUP, STEPS, MAX_NEW, MAX_TURNS, LR = 4, 8, 5, 24, 3, 8e-6
 # TRL's budget for the whole multi-turn completion (sampled + tool tokens); agentfly's
@@ -227,7 +228,7 @@ def trl_run(
     whether TRL's tool-result ids equal agentfly's observation ids for ``ours_observation``."""
     import torch
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, TrainerCallback
+    from transformers import AutoModelForCausalLM
     from trl import GRPOConfig, GRPOTrainer
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -248,33 +249,10 @@ def trl_run(
         generation_kwargs={"max_new_tokens": size["max_new"]},
         max_steps=size["steps"],
         learning_rate=LR,
-        lr_scheduler_type="constant",
-        warmup_steps=0,
-        weight_decay=0.0,
-        optim="adamw_torch",
-        beta=0.0,
-        loss_type="dapo",
-        epsilon=0.2,
-        temperature=1.0,
         gradient_checkpointing=True,
-        use_cpu=True,
-        bf16=False,
-        report_to="none",
-        disable_tqdm=True,
-        logging_steps=1,
-        save_strategy="no",
-        shuffle_dataset=False,
-        max_grad_norm=1.0,
-        seed=0,
+        **SHARED_GRPO_SETTINGS,
     )
     seconds: list[float] = []
-
-    class StepTimer(TrainerCallback):
-        def on_step_begin(self, *a, **k):
-            self.started = time.perf_counter()
-
-        def on_step_end(self, *a, **k):
-            seconds.append(time.perf_counter() - self.started)
 
     trainer = GRPOTrainer(
         model=model,
@@ -283,7 +261,7 @@ def trl_run(
         train_dataset=dataset,
         processing_class=tokenizer,
         tools=[trl_calculator()],
-        callbacks=[StepTimer()],
+        callbacks=[step_timer(seconds)],
     )
     rollouts: list[dict] = []
     inner = trainer._generate_and_score_completions

@@ -43,6 +43,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling case modules
+from trl_common import SHARED_GRPO_SETTINGS, step_timer  # noqa: E402
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("WANDB_DISABLED", "true")
@@ -268,7 +270,7 @@ def trl_trainer(model_path: str, steps: int, workdir: Path):
     """A GRPOTrainer with the benchmark's settings; a callback records each step's seconds."""
     import torch
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
@@ -295,33 +297,10 @@ def trl_trainer(model_path: str, steps: int, workdir: Path):
         max_completion_length=MAX_NEW,
         max_steps=steps,
         learning_rate=LR,
-        lr_scheduler_type="constant",
-        warmup_steps=0,
-        weight_decay=0.0,
-        optim="adamw_torch",
-        beta=0.0,
-        loss_type="dapo",
-        epsilon=0.2,
-        temperature=1.0,
-        use_cpu=True,
-        bf16=False,
         gradient_checkpointing=False,  # TRL 1.16's default is on; agentfly's side runs without
-        report_to="none",
-        disable_tqdm=True,
-        logging_steps=1,
-        save_strategy="no",
-        shuffle_dataset=False,
-        max_grad_norm=1.0,
-        seed=0,
+        **SHARED_GRPO_SETTINGS,
     )
     seconds: list[float] = []
-
-    class StepTimer(TrainerCallback):
-        def on_step_begin(self, *a, **k):
-            self.started = time.perf_counter()
-
-        def on_step_end(self, *a, **k):
-            seconds.append(time.perf_counter() - self.started)
 
     trainer = GRPOTrainer(
         model=model,
@@ -329,7 +308,7 @@ def trl_trainer(model_path: str, steps: int, workdir: Path):
         args=args,
         train_dataset=dataset,
         processing_class=tokenizer,
-        callbacks=[StepTimer()],
+        callbacks=[step_timer(seconds)],
     )
     return trainer, seconds
 

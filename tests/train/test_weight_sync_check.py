@@ -15,12 +15,7 @@ from agentfly_cli.recipes.loader import load_config
 from agentfly_cli.telemetry.sync_watch import SamplerDriftWatch
 from agentfly_cli.train.sync_check import WeightSyncMismatch, probe_gap
 from agentfly_cli.train.trainer import Trainer
-
-REWARD_SOURCE = """
-def digits(prediction, trajectory=None, **fields):
-    text = "".join(m.get("content") or "" for m in trajectory.messages if m["role"] == "assistant")
-    return sum(c.isdigit() for c in text) / max(len(text), 1)
-"""
+from tests.train.test_trainer import REWARD_SOURCE  # digits: a reward with spread
 
 
 @pytest.fixture

@@ -146,7 +146,7 @@ class HeldOutEval:
         (``eval/*`` metrics merged over the ranks, this rank's trajectories)."""
         import time
 
-        from agentfly_cli.rollout.summary import infra_failed_chains
+        from agentfly_cli.rollout.summary import evaluate
         from agentfly_cli.train_backends import distributed
 
         tasks = self.split.eval
@@ -176,9 +176,10 @@ class HeldOutEval:
                 )
             finally:
                 progress.end()
-        results = distributed.gather_lists(task_results(trajectories, self.settings.threshold))
+        report = evaluate(trajectories, self.settings.threshold)
+        results = distributed.gather_lists(report["tasks"])
         metrics = eval_metrics(results, time.perf_counter() - started)
         if metrics:  # chains an infrastructure failure ended: left out of the scores above
-            failed = distributed.gather_lists([len(infra_failed_chains(trajectories))])
-            metrics["eval/infra_failures"] = float(sum(failed))
+            lost = sum(report["overall"].get("infra_failures", {}).values())
+            metrics["eval/infra_failures"] = float(sum(distributed.gather_lists([lost])))
         return metrics, trajectories
